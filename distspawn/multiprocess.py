@@ -1,0 +1,331 @@
+"""MultiProcessTestCase: each test method runs on ``world_size`` rank processes.
+
+Thin glue over the three parts that do the work: ``launch`` (how a rank
+starts), ``worker`` (what a rank does) and ``supervisor`` (how the parent
+watches them), with ``verdict`` turning what happened into pass / fail / skip.
+The method names and override points are upstream's.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import types
+import unittest
+from functools import wraps
+from typing import Any, Callable
+
+import torch
+import torch.distributed as c10d
+import torch.multiprocessing as mp
+from multiprocessing.connection import wait
+
+from . import launch, worker
+from .environment import (
+    DEFAULT_WORLD_SIZE,
+    IS_LINUX,
+    IS_SANDCASTLE,
+    TEST_ERROR_EXIT_CODE,
+    get_timeout,
+)
+from .protocol import Event
+from .skips import TEST_SKIPS
+from .supervisor import RankProcess, RankSupervisor, end_processes
+from .testcase import TestCase, rerun_command, set_rng_seed
+from .verdict import ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
+
+logger = logging.getLogger(__name__)
+
+
+def validate_world_size(value: Any, owner: str) -> int:
+    """``value`` as an int >= 1 (an int or a string holding one), else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(
+            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r} "
+            f"of type {type(value).__name__}"
+        )
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(
+            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r}"
+        ) from None
+    if number < 1:
+        raise ValueError(f"{owner} must be an integer >= 1, got {value!r}")
+    return number
+
+
+class MultiProcessTestCase(TestCase):
+    """Runs every test method on ``world_size`` rank processes.
+
+    In the parent (``rank == MAIN_PROCESS_RANK``) the test method starts the
+    ranks (``setUp`` must call ``self._spawn_processes()``), waits for them and
+    turns what they did into one verdict. In each rank, the same method runs
+    the real test body with ``self.rank`` and ``self.file_name`` set.
+
+    Class attributes beyond upstream's:
+
+    * ``start_method``: ``"spawn"`` (default), ``"fork"`` or ``"forkserver"``;
+      the ``DISTSPAWN_START_METHOD`` environment variable sets it for a run.
+    * ``lenient_skips``: when True, use upstream's rule for ranks that disagree
+      about skipping (rank 0 decides); by default that is a failure.
+    """
+
+    MAIN_PROCESS_RANK = -1
+    TEST_ERROR_EXIT_CODE = TEST_ERROR_EXIT_CODE
+    Event = Event
+
+    start_method: str | None = None
+    lenient_skips: bool = False
+
+    def _should_stop_test_suite(self) -> bool:
+        # A distributed failure must not stop the rest of the suite.
+        return False
+
+    @property
+    def destroy_pg_upon_exit(self) -> bool:
+        """Whether each rank destroys a still-initialised default group after the test."""
+        return True
+
+    @property
+    def world_size(self) -> int:
+        return DEFAULT_WORLD_SIZE
+
+    # -- parent / child dispatch -------------------------------------------
+
+    def join_or_run(self, fn: Callable) -> Callable:
+        @wraps(fn)
+        def wrapper(self):
+            rank = getattr(self, "rank", None)
+            if rank is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}.setUp did not call super().setUp(): the test "
+                    "does not know whether it is the parent or a rank"
+                )
+            if rank == self.MAIN_PROCESS_RANK:
+                self._join_processes(fn)
+            else:
+                fn()
+
+        return types.MethodType(wrapper, self)
+
+    def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
+        # unittest passes methodName; some runners pass method_name. Accept both.
+        if methodName != "runTest":
+            method_name = methodName
+        super().__init__(method_name)
+        try:
+            fn = getattr(self, method_name)
+        except AttributeError:
+            return  # a bare instance with no test method, as unittest allows
+        setattr(self, method_name, self.join_or_run(fn))
+
+    def setUp(self) -> None:
+        super().setUp()
+        # Tests expected to end with another exit code (e.g. SIGABRT from a watchdog).
+        self.special_return_code_checks: dict = {}
+        # Tests whose exit codes are not checked at all (only errors and timeouts).
+        self.skip_return_code_checks: list = []
+        self.processes: list = []
+        self.rank = self.MAIN_PROCESS_RANK
+        self.pid_to_pipe: dict = {}
+        self._rank_processes: list[RankProcess] = []
+        self._rank_outcomes: list = []
+        self._work_dir = tempfile.mkdtemp(prefix="distspawn-")
+        self.addCleanup(shutil.rmtree, self._work_dir, ignore_errors=True)
+        self.addCleanup(self._end_rank_processes)
+        with tempfile.NamedTemporaryFile(delete=False, dir=self._work_dir, prefix="store-") as f:
+            self.file_name = f.name
+
+    def tearDown(self) -> None:
+        super().tearDown()
+        self._end_rank_processes()
+
+    def _current_test_name(self) -> str:
+        return self.id().split(".")[-1]
+
+    # -- starting ranks ------------------------------------------------------
+
+    def _start_processes(self, proc) -> None:
+        world_size = validate_world_size(self.world_size, f"{type(self).__name__}.world_size")
+        test_name = self._current_test_name()
+        run_kwargs = {"fake_pg": self.fake_pg} if hasattr(self, "fake_pg") else {}
+        self.processes = []
+        self._rank_processes = []
+        for rank in range(world_size):
+            control_parent, control_child = mp.Pipe()
+            results_parent, results_child = mp.Pipe(duplex=False)
+            files = worker.RankFiles(
+                log_path=os.path.join(self._work_dir, f"rank-{rank}.log"),
+                stack_path=os.path.join(self._work_dir, f"rank-{rank}.stack"),
+            )
+            process = proc(
+                target=worker.child_main,
+                name=f"process {rank}",
+                args=(type(self), rank, test_name, self.file_name, control_child,
+                      results_child, files, os.getpid(), run_kwargs),
+            )
+            try:
+                process.start()
+            except Exception as exc:
+                for conn in (control_parent, control_child, results_parent, results_child):
+                    conn.close()
+                raise RuntimeError(
+                    f"could not start rank {rank} of {type(self).__qualname__}.{test_name}: "
+                    f"{exc}. Test classes must be defined at module level so that rank "
+                    "processes can import them."
+                ) from exc
+            # Our copies of the child's ends must go, or end-of-file never arrives.
+            control_child.close()
+            results_child.close()
+            logger.debug("started rank %s as pid %s", rank, process.pid)
+            self.pid_to_pipe[process.pid] = control_parent
+            self.processes.append(process)
+            self._rank_processes.append(
+                RankProcess(rank, process, control_parent, results_parent, files))
+
+    def _spawn_processes(self) -> None:
+        method = launch.resolve_start_method(
+            type(self).start_method, f"{type(self).__name__}.start_method")
+        self._start_processes(launch.process_class(method))
+
+    def _end_rank_processes(self) -> None:
+        end_processes(getattr(self, "processes", []))
+        for handle in getattr(self, "_rank_processes", []):
+            handle.control.close()
+            handle.results.close()
+        self.processes = []
+        self._rank_processes = []
+
+    # -- inside a rank -------------------------------------------------------
+
+    @staticmethod
+    def _event_listener(parent_pipe, signal_pipe, rank: int) -> None:
+        """Answers the parent's requests until the test ends (runs in each rank)."""
+        while True:
+            ready = wait([parent_pipe, signal_pipe])
+            if signal_pipe in ready:
+                return
+            try:
+                event = parent_pipe.recv()
+            except (EOFError, OSError):
+                return  # the parent closed its end
+            if event == Event.GET_TRACEBACK:
+                with tempfile.TemporaryFile(mode="w+") as dump:
+                    faulthandler.dump_traceback(dump, all_threads=True)
+                    dump.seek(0)
+                    parent_pipe.send(dump.read())
+
+    @classmethod
+    def _run(cls, rank: int, test_name: str, file_name: str, parent_pipe, **kwargs) -> None:
+        self = cls(test_name)
+        self.rank = rank
+        self.file_name = file_name
+        self.run_test(test_name, parent_pipe)
+
+    def run_test(self, test_name: str, parent_pipe) -> None:
+        stop_recv, stop_send = mp.Pipe(duplex=False)
+        listener = threading.Thread(
+            target=type(self)._event_listener,
+            args=(parent_pipe, stop_recv, self.rank),
+            daemon=True,
+        )
+        listener.start()
+        fatal_hook = getattr(torch._C, "_set_print_stack_traces_on_fatal_signal", None)
+        if IS_LINUX and fatal_hook is not None:
+            fatal_hook(True)  # a native crash prints its stack into the rank's output
+        os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
+        set_rng_seed()
+        try:
+            getattr(self, test_name)()
+        except unittest.SkipTest as skip:
+            worker.report_skip(str(skip))
+            sys.exit(TEST_SKIPS["generic"].exit_code)
+        except Exception:
+            formatted = traceback.format_exc()
+            print(formatted, file=sys.stderr)
+            worker.report_failure(formatted)
+            sys.exit(self.TEST_ERROR_EXIT_CODE)
+        finally:
+            stop_send.send(None)
+            listener.join()
+            stop_send.close()
+            stop_recv.close()
+            parent_pipe.close()
+        if self.destroy_pg_upon_exit and c10d.is_available() and c10d.is_initialized():
+            c10d.destroy_process_group()
+
+    # -- in the parent -------------------------------------------------------
+
+    def _join_processes(self, fn: Callable) -> None:
+        if not self._rank_processes:
+            raise RuntimeError(
+                f"{type(self).__name__}.{self._current_test_name()} started no rank "
+                "processes: call self._spawn_processes() in setUp, after super().setUp()"
+            )
+        timeout = get_timeout(self.id())
+        policy = self._return_code_policy(fn)
+        supervisor = RankSupervisor(
+            self._rank_processes, timeout, lambda outcome: is_decisive(outcome, policy))
+        started = time.monotonic()
+        try:
+            self._rank_outcomes = supervisor.watch()
+            self._timeout_s = timeout
+            self._check_return_codes(fn, time.monotonic() - started)
+        finally:
+            for pipe in self.pid_to_pipe.values():
+                pipe.close()
+
+    def _matches(self, fn: Callable, registered) -> Any:
+        # Upstream registers the original bound methods; accept names as well.
+        name = getattr(fn, "__name__", None)
+        for key in registered:
+            if key == fn or key == name or getattr(key, "__name__", object()) == name:
+                return key
+        return None
+
+    def _return_code_policy(self, fn: Callable) -> ReturnCodePolicy:
+        special = self._matches(fn, self.special_return_code_checks)
+        return ReturnCodePolicy(
+            expected_exit_code=0 if special is None else self.special_return_code_checks[special],
+            check_exit_codes=self._matches(fn, self.skip_return_code_checks) is None,
+            lenient_skips=self.lenient_skips,
+            skips_pass=IS_SANDCASTLE,
+        )
+
+    def _check_return_codes(self, fn: Callable, elapsed_time: float) -> None:
+        """Turn the ranks' outcomes into this test's verdict (raise on fail / skip)."""
+        __tracebackhide__ = True
+        verdict = decide_verdict(self._rank_outcomes, self._return_code_policy(fn))
+        if verdict.kind is VerdictKind.SKIP:
+            raise unittest.SkipTest(verdict.message)
+        if verdict.kind is VerdictKind.PASS:
+            if verdict.message:
+                logger.info("%s skipped on sandcastle: %s", self.id(), verdict.message)
+            return
+        header = f"{self.id()} failed after {elapsed_time:.1f}s"
+        if any(o.timed_out for o in self._rank_outcomes):
+            header += f" (deadline {self._timeout_s}s)"
+        raise self.failureException(
+            f"{header}\n{verdict.message}\n\nRe-run just this test:\n  {rerun_command(self)}")
+
+    def _check_no_test_errors(self, elapsed_time: float) -> None:
+        """Fail only if a rank raised or ran out of time (exit codes are not judged)."""
+        __tracebackhide__ = True
+        policy = ReturnCodePolicy(check_exit_codes=False)
+        verdict = decide_verdict(self._rank_outcomes, policy)
+        if verdict.kind is VerdictKind.FAIL:
+            raise self.failureException(
+                f"{self.id()} failed after {elapsed_time:.1f}s\n{verdict.message}")
+
+    @property
+    def is_master(self) -> bool:
+        return self.rank == 0
+

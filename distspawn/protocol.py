@@ -1,0 +1,42 @@
+"""Messages between the parent and its rank processes.
+
+Two channels per rank:
+
+* the *control* pipe, duplex, shaped as upstream's (``parent_pipe`` in
+  ``_run``/``run_test``): the parent may send :class:`Event` requests on it and a
+  rank answers a stack request with plain text;
+* the *result* pipe, child to parent only, owned by distspawn: each rank sends
+  exactly one :class:`RankReport` saying how its test ended. It is separate so
+  that user overrides of ``run_test`` (which close the control pipe) cannot
+  lose the result.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Event(enum.Enum):
+    """Requests the parent sends a rank over the control pipe."""
+
+    GET_TRACEBACK = 1
+
+
+class ReportStatus(str, enum.Enum):
+    PASSED = "passed"
+    FAILED = "failed"    # the test raised; ``traceback`` holds it
+    SKIPPED = "skipped"  # the test skipped itself; ``reason`` says why
+    EXITED = "exited"    # the test called sys.exit(); ``exit_code`` holds the code
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """How one rank's run of one test ended, sent before the rank exits."""
+
+    rank: int
+    test_name: str
+    status: ReportStatus
+    traceback: str | None = None
+    reason: str | None = None
+    exit_code: int | None = None

@@ -1,0 +1,242 @@
+"""Parent side: watch the ranks of one test until its verdict is known.
+
+One loop waits on every rank's result pipe and process sentinel together
+(``multiprocessing.connection.wait``), so nothing is polled on a timer. Each
+kind of event has one small handler: a report arrived, a rank exited, the
+deadline passed. As soon as one rank decides the verdict (it failed, crashed,
+or vanished) the others get a short grace period and are then ended. Only the
+processes this supervisor was given are ever signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Callable
+
+from .protocol import Event, RankReport
+from .verdict import RankOutcome
+from .worker import STACK_DUMP_SIGNAL, RankFiles
+
+# After the first decisive rank, how long the others may still report (so that
+# several ranks failing together are all named) before they are ended.
+FAILURE_GRACE_S = 0.5
+# How long ranks get to exit after SIGTERM before SIGKILL.
+TERMINATE_GRACE_S = 3.0
+# How long ranks get to write their stacks after the request.
+STACK_WAIT_S = 3.0
+OUTPUT_TAIL_LINES = 40
+
+
+@dataclass(eq=False)
+class RankProcess:
+    """A started rank: its process and the parent's ends of its two pipes."""
+
+    rank: int
+    process: BaseProcess
+    control: Connection
+    results: Connection
+    files: RankFiles
+
+
+class RankSupervisor:
+    """Watches one test's ranks; :meth:`watch` returns their outcomes."""
+
+    def __init__(
+        self,
+        ranks: list[RankProcess],
+        timeout_s: float,
+        is_decisive: Callable[[RankOutcome], bool],
+    ) -> None:
+        self._ranks = {r.rank: r for r in ranks}
+        self._timeout_s = timeout_s
+        self._is_decisive = is_decisive
+        self.outcomes = {r.rank: RankOutcome(rank=r.rank, pid=r.process.pid) for r in ranks}
+        self._open_results = {r.results: r.rank for r in ranks}
+        self._running = {r.process.sentinel: r.rank for r in ranks}
+        self._stop_at: float | None = None
+
+    def watch(self) -> list[RankOutcome]:
+        """Wait for every rank, the first failure, or the deadline; then collect."""
+        deadline = time.monotonic() + self._timeout_s
+        try:
+            while self._running:
+                limit = deadline if self._stop_at is None else min(deadline, self._stop_at)
+                remaining = limit - time.monotonic()
+                if remaining <= 0:
+                    break
+                for ready in wait([*self._open_results, *self._running], timeout=remaining):
+                    if ready in self._open_results:
+                        self._on_results_readable(ready)
+                    else:
+                        self._on_rank_exited(self._running.pop(ready))
+            if self._running:
+                if self._stop_at is not None:
+                    self._on_failure_known()
+                else:
+                    self._on_deadline()
+        finally:
+            # Also reached on Ctrl-C: never leave a rank behind.
+            end_processes([self._ranks[rank].process for rank in self._running.values()])
+        for rank in self._ranks.values():
+            self._finish_outcome(rank)
+        return [self.outcomes[rank] for rank in sorted(self.outcomes)]
+
+    # -- events -------------------------------------------------------------
+
+    def _on_results_readable(self, conn: Connection) -> None:
+        """A rank sent its report, or closed its result pipe by exiting."""
+        rank = self._open_results[conn]
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            del self._open_results[conn]
+            return
+        if isinstance(message, RankReport) and self.outcomes[rank].report is None:
+            self.outcomes[rank].report = message
+            self._note(self.outcomes[rank])
+
+    def _on_rank_exited(self, rank: int) -> None:
+        """A rank's process ended: read what it sent before exiting, record its code."""
+        handle = self._ranks[rank]
+        while handle.results in self._open_results and handle.results.poll():
+            self._on_results_readable(handle.results)
+        handle.process.join()
+        self.outcomes[rank].exit_code = handle.process.exitcode
+        self._note(self.outcomes[rank])
+
+    def _on_failure_known(self) -> None:
+        """The verdict is a failure: the ranks still running are ended, not blamed."""
+        for rank in self._running.values():
+            self.outcomes[rank].ended_by_harness = True
+
+    def _on_deadline(self) -> None:
+        """The test ran out of time: take every live rank's stack, then end it."""
+        live = [self._ranks[rank] for rank in self._running.values()]
+        stacks = collect_stacks(live)
+        for handle in live:
+            outcome = self.outcomes[handle.rank]
+            outcome.timed_out = True
+            outcome.stack = stacks.get(handle.rank)
+
+    # -- helpers ------------------------------------------------------------
+
+    def _note(self, outcome: RankOutcome) -> None:
+        if self._stop_at is None and self._is_decisive(outcome):
+            self._stop_at = time.monotonic() + FAILURE_GRACE_S
+
+    def _finish_outcome(self, handle: RankProcess) -> None:
+        outcome = self.outcomes[handle.rank]
+        while handle.results in self._open_results and handle.results.poll():
+            self._on_results_readable(handle.results)
+        if outcome.exit_code is None:
+            outcome.exit_code = handle.process.exitcode
+        outcome.legacy_error = _legacy_error(handle.control)
+        outcome.reached_worker = os.path.exists(handle.files.log_path)
+        outcome.output_tail = read_tail(handle.files.log_path, OUTPUT_TAIL_LINES)
+
+
+def _legacy_error(control: Connection) -> str | None:
+    # An upstream-style run_test sends its traceback as a str on the control pipe.
+    try:
+        while control.poll():
+            message = control.recv()
+            if isinstance(message, str):
+                return message
+    except (EOFError, OSError):
+        pass
+    return None
+
+
+def end_processes(processes: list[BaseProcess]) -> None:
+    """SIGTERM the given live processes, SIGKILL what is left after a grace, reap all."""
+    live = [p for p in processes if p.exitcode is None]
+    for process in live:
+        process.terminate()
+    if live:
+        wait([p.sentinel for p in live], timeout=TERMINATE_GRACE_S)
+    for process in live:
+        if process.exitcode is None:
+            process.kill()
+        process.join()
+
+
+def collect_stacks(ranks: list[RankProcess]) -> dict[int, str]:
+    """Every thread's Python stack of each given live rank, keyed by rank.
+
+    A signal makes faulthandler write the stacks from inside the rank, which
+    works even while the rank holds the GIL in native code. Where there is no
+    such signal, the rank's listener thread is asked over the control pipe.
+    """
+    if STACK_DUMP_SIGNAL is None:
+        return _stacks_over_pipes(ranks)
+    asked = []
+    for handle in ranks:
+        if handle.process.exitcode is None:
+            try:
+                os.kill(handle.process.pid, STACK_DUMP_SIGNAL)
+                asked.append(handle)
+            except ProcessLookupError:
+                pass
+    return {h.rank: text for h, text in _read_when_settled(asked).items() if text}
+
+
+def _read_when_settled(ranks: list[RankProcess]) -> dict[RankProcess, str]:
+    # faulthandler writes from a signal handler and says nothing when done, so
+    # wait until each file has content that stopped growing (bounded).
+    sizes: dict[RankProcess, deque] = {h: deque(maxlen=2) for h in ranks}
+    give_up = time.monotonic() + STACK_WAIT_S
+    pending = set(ranks)
+    while pending and time.monotonic() < give_up:
+        time.sleep(0.05)
+        for handle in list(pending):
+            size = _file_size(handle.files.stack_path)
+            sizes[handle].append(size)
+            if size > 0 and sizes[handle][0] == size and len(sizes[handle]) == 2:
+                pending.discard(handle)
+    return {h: _read_text(h.files.stack_path) for h in ranks}
+
+
+def _stacks_over_pipes(ranks: list[RankProcess]) -> dict[int, str]:
+    stacks = {}
+    for handle in ranks:
+        try:
+            handle.control.send(Event.GET_TRACEBACK)
+            if handle.control.poll(STACK_WAIT_S):
+                stacks[handle.rank] = handle.control.recv()
+        except (EOFError, OSError):
+            continue
+    return stacks
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def read_tail(path: str, lines: int) -> list[str]:
+    """The last ``lines`` lines of a text file (empty if it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return []
+    text = data.decode(errors="replace").splitlines()
+    return text[-lines:]

@@ -1,0 +1,248 @@
+"""The TestCase base class (tensor-aware assertEqual, seeding) and run_tests().
+
+A small, dependency-free stand-in for the parts of upstream's
+``common_utils.TestCase`` that distributed tests rely on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cmath
+import inspect
+import os
+import random
+import sys
+import unittest
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .environment import SEED
+
+__all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
+
+
+def set_rng_seed(seed: int | None = None) -> None:
+    """Seed torch, random and numpy (default: upstream's seed, 1234)."""
+    seed = SEED if seed is None else seed
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+_NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, _NUMBER_TYPES)
+
+
+def _is_tensor_like(value: Any) -> bool:
+    return isinstance(value, (torch.Tensor, np.ndarray))
+
+
+def _is_sequence(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
+
+
+class _Mismatch(AssertionError):
+    pass
+
+
+class _Comparison:
+    """One assertEqual call: walks containers, compares leaves, says where they differ."""
+
+    def __init__(self, *, atol, rtol, equal_nan, exact_dtype, exact_device, exact_layout,
+                 exact_stride) -> None:
+        if (atol is None) != (rtol is None):
+            raise ValueError("assertEqual: give both atol and rtol, or neither")
+        self.atol, self.rtol = atol, rtol
+        self.equal_nan = equal_nan
+        self.exact_dtype, self.exact_device = exact_dtype, exact_device
+        self.exact_layout, self.exact_stride = exact_layout, exact_stride
+
+    def compare(self, x: Any, y: Any, where: str = "") -> None:
+        if _is_tensor_like(x) or _is_tensor_like(y):
+            self._tensors(x, y, where)
+        elif _is_number(x) and _is_number(y):
+            self._numbers(x, y, where)
+        elif isinstance(x, Mapping) and isinstance(y, Mapping):
+            if set(x) != set(y):
+                raise _Mismatch(f"{where or 'mappings'}: keys differ: {sorted(map(repr, x))} "
+                                f"!= {sorted(map(repr, y))}")
+            for key in x:
+                self.compare(x[key], y[key], f"{where}[{key!r}]")
+        elif _is_sequence(x) and _is_sequence(y):
+            if len(x) != len(y):
+                raise _Mismatch(f"{where or 'sequences'}: lengths differ: {len(x)} != {len(y)}")
+            for index, (a, b) in enumerate(zip(x, y)):
+                self.compare(a, b, f"{where}[{index}]")
+        elif not (x == y):
+            raise _Mismatch(f"{where + ': ' if where else ''}{x!r} != {y!r}")
+
+    def _numbers(self, x, y, where) -> None:
+        x, y = complex(x), complex(y)
+        if self.equal_nan and cmath.isnan(x) and cmath.isnan(y):
+            return
+        atol = 1e-7 if self.atol is None else self.atol
+        rtol = 1e-7 if self.rtol is None else self.rtol
+        if not abs(x - y) <= atol + rtol * abs(y):
+            xs, ys = (v.real if v.imag == 0 else v for v in (x, y))
+            raise _Mismatch(f"{where + ': ' if where else ''}scalars are not close: "
+                            f"{xs!r} != {ys!r} (atol={atol}, rtol={rtol})")
+
+    def _tensors(self, x, y, where) -> None:
+        x, y = self._as_tensors(x, y, where)
+        try:
+            torch.testing.assert_close(
+                x, y, atol=self.atol, rtol=self.rtol, equal_nan=self.equal_nan,
+                check_dtype=self.exact_dtype, check_device=self.exact_device,
+                check_layout=self.exact_layout, check_stride=self.exact_stride,
+            )
+        except (AssertionError, TypeError, ValueError) as exc:
+            raise _Mismatch(f"{where + ': ' if where else ''}{exc}") from None
+
+    @staticmethod
+    def _as_tensors(x, y, where):
+        x, y = (torch.from_numpy(v) if isinstance(v, np.ndarray) else v for v in (x, y))
+        # A number against a one-element tensor compares values, not dtypes.
+        for number_side in (0, 1):
+            number, tensor = (x, y) if number_side == 0 else (y, x)
+            if _is_number(number) and isinstance(tensor, torch.Tensor):
+                if tensor.numel() != 1:
+                    raise _Mismatch(f"{where + ': ' if where else ''}cannot compare a "
+                                    f"number with a tensor of {tensor.numel()} elements "
+                                    f"(shape {tuple(tensor.shape)})")
+                value = tensor.item()
+                return (number, value) if number_side == 0 else (value, number)
+        if isinstance(x, torch.Tensor) and _is_sequence(y):
+            y = torch.as_tensor(y, dtype=x.dtype, device=x.device)
+        elif isinstance(y, torch.Tensor) and _is_sequence(x):
+            x = torch.as_tensor(x, dtype=y.dtype, device=y.device)
+        return x, y
+
+
+class TestCase(unittest.TestCase):
+    """``unittest.TestCase`` with upstream's tensor-aware ``assertEqual`` and seeding.
+
+    ``assertEqual`` compares tensors, numpy arrays, numbers and nested
+    containers with :func:`torch.testing.assert_close` semantics; a number is
+    equal to a one-element tensor holding it. Every test starts from the same
+    torch / random / numpy seed.
+    """
+
+    # Upstream's class-level tolerance overrides (0 means "use the defaults").
+    precision: float = 0.0
+    rel_tol: float = 0.0
+
+    def setUp(self) -> None:
+        super().setUp()
+        set_rng_seed()
+
+    def assertEqual(  # noqa: N802 - unittest naming
+        self,
+        x: Any,
+        y: Any,
+        msg: str | Callable[[str], str] | None = None,
+        *,
+        atol: float | None = None,
+        rtol: float | None = None,
+        equal_nan: bool = True,
+        exact_dtype: bool = True,
+        exact_device: bool = False,
+        exact_layout: bool = False,
+        exact_stride: bool = False,
+        exact_is_coalesced: bool = False,
+    ) -> None:
+        __tracebackhide__ = True
+        if atol is None and rtol is None and (self.precision or self.rel_tol):
+            atol, rtol = self.precision, self.rel_tol
+        comparison = _Comparison(
+            atol=atol, rtol=rtol, equal_nan=equal_nan, exact_dtype=exact_dtype,
+            exact_device=exact_device, exact_layout=exact_layout, exact_stride=exact_stride,
+        )
+        try:
+            comparison.compare(x, y)
+        except _Mismatch as mismatch:
+            generated = str(mismatch)
+            if callable(msg):
+                text = msg(generated)
+            elif msg is not None:
+                text = f"{generated}\n{msg}" if self.longMessage else str(msg)
+            else:
+                text = generated
+            raise self.failureException(text) from None
+
+    def assertNotEqual(self, x: Any, y: Any, msg: str | None = None, **kwargs: Any) -> None:  # noqa: N802
+        __tracebackhide__ = True
+        try:
+            self.assertEqual(x, y, **kwargs)
+        except self.failureException:
+            return
+        raise self.failureException(msg or f"{x!r} == {y!r}, expected them to differ")
+
+
+def rerun_command(test: unittest.TestCase) -> str:
+    """A shell command that runs just ``test`` again, the way it was run now."""
+    cls = type(test)
+    name = test._testMethodName
+    try:
+        path = inspect.getsourcefile(cls) or ""
+    except TypeError:
+        path = ""
+    if path:
+        relative = os.path.relpath(path)
+        path = relative if not relative.startswith("..") else path
+    if os.environ.get("PYTEST_CURRENT_TEST") and path:
+        return f"python -m pytest '{path}::{cls.__qualname__.replace('.', '::')}::{name}'"
+    if cls.__module__ in ("__main__", "__mp_main__") and path:
+        return f"python {path} {cls.__qualname__}.{name}"
+    return f"python -m unittest {cls.__module__}.{cls.__qualname__}.{name}"
+
+
+def _upstream_flag_parser() -> argparse.ArgumentParser:
+    # Flags upstream's run_tests() takes: accepted so that existing command lines
+    # keep working; those with no meaning here are ignored.
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("--subprocess", "--accept", "--test-bailouts", "--test_bailouts",
+                 "--use-pytest", "--discover-tests", "--rerun-disabled-tests"):
+        parser.add_argument(flag, action="store_true")
+    parser.add_argument("--jit-executor", "--jit_executor", type=str)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--save-xml", nargs="?", const="test-reports", default=None)
+    parser.add_argument("--log-suffix", type=str, default="")
+    parser.add_argument("--run-parallel", type=int, default=1)
+    parser.add_argument("--import-slow-tests", nargs="?", const="")
+    parser.add_argument("--import-disabled-tests", nargs="?", const="")
+    parser.add_argument("--pytest-single-test", type=str, nargs=1)
+    parser.add_argument("--showlocals", action=argparse.BooleanOptionalAction, default=False)
+    return parser
+
+
+def run_tests(argv: list[str] | None = None) -> None:
+    """Run the tests of ``__main__`` like upstream's ``run_tests`` and exit.
+
+    Upstream's own flags (``--repeat``, ``--use-pytest``, ``--save-xml``, ...)
+    are accepted; everything else goes to ``unittest`` (test names, ``-k``,
+    ``-v``, ...). Exits non-zero when any test failed or errored.
+    """
+    argv = list(sys.argv if argv is None else argv)
+    args, remaining = _upstream_flag_parser().parse_known_args(argv[1:])
+    if args.save_xml is not None:
+        print("distspawn: --save-xml is not supported by run_tests(); ignoring it",
+              file=sys.stderr)
+    if args.repeat < 1:
+        raise SystemExit(f"--repeat={args.repeat}: expected an integer >= 1")
+    if args.use_pytest:
+        import pytest
+
+        main_file = inspect.getsourcefile(sys.modules["__main__"])
+        raise SystemExit(pytest.main([main_file, *remaining]))
+    ok = True
+    for _ in range(args.repeat):
+        program = unittest.main(module="__main__", argv=[argv[0], *remaining], exit=False)
+        result = program.result
+        ok = ok and result.wasSuccessful()
+    raise SystemExit(0 if ok else 1)

@@ -1,0 +1,191 @@
+"""Verdict rules: from what each rank did to one pass / fail / skip.
+
+Pure functions over plain data, so every rule is testable without starting a
+process. The supervisor fills in :class:`RankOutcome`; the test case asks
+:func:`decide_verdict` and raises accordingly.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass, field
+
+from .environment import TEST_ERROR_EXIT_CODE
+from .protocol import RankReport, ReportStatus
+from .skips import SKIP_MESSAGE_BY_EXIT_CODE, TEST_SKIPS
+
+GENERIC_SKIP_MESSAGE = TEST_SKIPS["generic"].message
+
+
+@dataclass
+class RankOutcome:
+    """Everything the parent learned about one rank during one test."""
+
+    rank: int
+    pid: int | None = None
+    report: RankReport | None = None
+    exit_code: int | None = None  # None: still running when the wait ended
+    timed_out: bool = False
+    ended_by_harness: bool = False  # ended by us because the verdict was already known
+    stack: str | None = None  # all threads' stacks, taken at the deadline
+    output_tail: list[str] = field(default_factory=list)
+    legacy_error: str | None = None  # traceback sent upstream's way, over the control pipe
+    reached_worker: bool = True  # False: it died while Python started, before our code ran
+
+    @property
+    def status(self) -> ReportStatus | None:
+        return self.report.status if self.report is not None else None
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.exit_code is None or self.exit_code >= 0:
+            return None
+        try:
+            return signal.Signals(-self.exit_code).name
+        except ValueError:
+            return f"signal {-self.exit_code}"
+
+
+@dataclass(frozen=True)
+class ReturnCodePolicy:
+    """How exit codes are judged for one test (upstream's override points)."""
+
+    expected_exit_code: int = 0  # from special_return_code_checks
+    check_exit_codes: bool = True  # False when the test is in skip_return_code_checks
+    lenient_skips: bool = False  # upstream's rule: rank 0's skip decides, others ignored
+    skips_pass: bool = False  # Sandcastle: a skip is reported as a pass
+
+
+class VerdictKind(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: VerdictKind
+    message: str = ""
+
+
+def skip_reason(outcome: RankOutcome) -> str | None:
+    """The reason this rank skipped, or None if it did not skip."""
+    if outcome.status is ReportStatus.SKIPPED:
+        return outcome.report.reason or GENERIC_SKIP_MESSAGE
+    if outcome.status in (None, ReportStatus.EXITED) and outcome.exit_code is not None:
+        return SKIP_MESSAGE_BY_EXIT_CODE.get(outcome.exit_code)
+    return None
+
+
+def rank_problem(outcome: RankOutcome, policy: ReturnCodePolicy) -> str | None:
+    """What went wrong with this rank, in words, or None if nothing did."""
+    if outcome.timed_out:
+        return "did not finish before the deadline"
+    if outcome.status is ReportStatus.FAILED:
+        return "raised an exception"
+    if outcome.ended_by_harness:
+        return None
+    code = outcome.exit_code
+    if not policy.check_exit_codes:
+        # skip_return_code_checks: only a test error counts (upstream's rule).
+        if code == TEST_ERROR_EXIT_CODE:
+            return f"exited with code {code} (test error)"
+        return None
+    if code is None:
+        return "was still running"
+    if code == policy.expected_exit_code:
+        if code == 0 and outcome.report is None:
+            return ("ended without reporting a result (exit code 0): the process left "
+                    "in the middle of the test, e.g. through os._exit()")
+        return None
+    if code < 0:
+        return f"crashed with {outcome.signal_name} (exit code {code})"
+    if skip_reason(outcome) is not None:
+        return None
+    if outcome.status is ReportStatus.EXITED:
+        return f"called sys.exit({code})"
+    if code == TEST_ERROR_EXIT_CODE:
+        return f"exited with code {code} (TEST_ERROR_EXIT_CODE)"
+    expectation = "" if policy.expected_exit_code == 0 else f", expected {policy.expected_exit_code}"
+    if not outcome.reached_worker:
+        return (f"exited with code {code}{expectation} while starting, before the test ran "
+                "(its error is in the parent's stderr: often the test module failed to import)")
+    return f"exited with code {code}{expectation} without reporting a result"
+
+
+def is_decisive(outcome: RankOutcome, policy: ReturnCodePolicy) -> bool:
+    """True when this rank alone already makes the test fail."""
+    if outcome.status is ReportStatus.FAILED:
+        return True
+    return outcome.exit_code is not None and rank_problem(outcome, policy) is not None
+
+
+def _describe_rank(outcome: RankOutcome, problem: str) -> str:
+    lines = [f"rank {outcome.rank}: {problem}"]
+    details = outcome.report.traceback if outcome.status is ReportStatus.FAILED else None
+    details = details or outcome.legacy_error
+    if details:
+        lines.append(_indent(details.rstrip()))
+    if outcome.timed_out:
+        if outcome.stack:
+            lines.append("  its stack at the deadline (all threads):")
+            lines.append(_indent(outcome.stack.rstrip(), "    "))
+        else:
+            lines.append("  (it did not answer the stack request)")
+    if outcome.output_tail:
+        lines.append(f"  last {len(outcome.output_tail)} lines of its output:")
+        lines.extend(f"  [rank {outcome.rank}] {line}" for line in outcome.output_tail)
+    return "\n".join(lines)
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def _skip_summary(skipped: list[tuple[int, str]]) -> str:
+    reasons = {reason for _, reason in skipped}
+    if len(reasons) == 1:
+        return reasons.pop()
+    return "; ".join(f"rank {rank}: {reason}" for rank, reason in skipped)
+
+
+def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Verdict:
+    """The one verdict for a test from every rank's outcome."""
+    outcomes = sorted(outcomes, key=lambda o: o.rank)
+    world = len(outcomes)
+    problems = [(o, p) for o in outcomes if (p := rank_problem(o, policy)) is not None]
+    if problems:
+        names = ", ".join(str(o.rank) for o, _ in problems)
+        plural = "s" if len(problems) > 1 else ""
+        parts = [f"{len(problems)} of {world} ranks failed (rank{plural} {names}):"]
+        parts.extend(_describe_rank(o, p) for o, p in problems)
+        ended = [o.rank for o in outcomes if o.ended_by_harness]
+        if ended:
+            parts.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
+                         "still running when the failure was known; ended by distspawn")
+        return Verdict(VerdictKind.FAIL, "\n".join(parts))
+
+    if not policy.check_exit_codes:
+        return Verdict(VerdictKind.PASS)
+
+    skipped = [(o.rank, r) for o in outcomes if (r := skip_reason(o)) is not None]
+    if not skipped:
+        return Verdict(VerdictKind.PASS)
+    if policy.lenient_skips:
+        first = next((r for rank, r in skipped if rank == outcomes[0].rank), None)
+        skipped = [(outcomes[0].rank, first)] if first is not None else []
+        if not skipped:
+            return Verdict(VerdictKind.PASS)
+    elif len(skipped) < world:
+        skipped_ranks = {rank for rank, _ in skipped}
+        ran = [str(o.rank) for o in outcomes if o.rank not in skipped_ranks]
+        lines = [f"ranks disagree: {len(skipped)} of {world} ranks skipped while "
+                 f"rank{'s' if len(ran) > 1 else ''} {', '.join(ran)} ran the test:"]
+        lines.extend(f"rank {rank} skipped: {reason}" for rank, reason in skipped)
+        lines.append("(set lenient_skips = True on the class for upstream's rule, "
+                     "where rank 0 alone decides)")
+        return Verdict(VerdictKind.FAIL, "\n".join(lines))
+    if policy.skips_pass:
+        return Verdict(VerdictKind.PASS, _skip_summary(skipped))
+    return Verdict(VerdictKind.SKIP, _skip_summary(skipped))

@@ -1,0 +1,158 @@
+"""Child side: the entry point of every rank process.
+
+``child_main`` prepares the process (output to a per-rank log, a stack dump on
+request, death with the parent), hands over to the test class's ``_run``
+override point, and makes sure exactly one :class:`RankReport` reaches the
+parent however the test ends.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .environment import TEST_ERROR_EXIT_CODE
+from .protocol import RankReport, ReportStatus
+
+# Signal a rank answers by writing every thread's Python stack to its stack file.
+# It works where a Python thread could not run (a rank stuck in native code).
+STACK_DUMP_SIGNAL = getattr(signal, "SIGUSR1", None)
+
+
+@dataclass(frozen=True)
+class RankFiles:
+    """Where one rank writes its combined stdout/stderr and its stack dumps."""
+
+    log_path: str
+    stack_path: str
+
+
+class ResultReporter:
+    """Sends this rank's single report to the parent; later reports are ignored."""
+
+    def __init__(self, conn: Connection, rank: int, test_name: str) -> None:
+        self._conn = conn
+        self._rank = rank
+        self._test_name = test_name
+        self.sent = False
+
+    def send(self, status: ReportStatus, **details: Any) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        report = RankReport(self._rank, self._test_name, status, **details)
+        try:
+            self._conn.send(report)
+        except (OSError, ValueError):
+            pass  # parent already gone: nobody left to tell
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+_reporter: ResultReporter | None = None
+
+
+def in_rank_process() -> bool:
+    """True inside a rank process started by distspawn."""
+    return _reporter is not None
+
+
+def report_failure(formatted_traceback: str) -> None:
+    """Record that the running test raised (no-op outside a rank process)."""
+    if _reporter is not None:
+        _reporter.send(ReportStatus.FAILED, traceback=formatted_traceback)
+
+
+def report_skip(reason: str) -> None:
+    """Record that the running test skipped itself (no-op outside a rank process)."""
+    if _reporter is not None:
+        _reporter.send(ReportStatus.SKIPPED, reason=reason)
+
+
+def exit_code_of(exc: SystemExit) -> int:
+    """The process exit status ``sys.exit(exc.code)`` produces."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    return 1  # sys.exit("message") prints the message and exits 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    # If the parent is killed outright it cannot end us; let the kernel do it.
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)  # parent died before the request took effect
+
+
+def _redirect_output(log_path: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _register_stack_dump(stack_path: str):
+    if STACK_DUMP_SIGNAL is None:
+        return None
+    stack_file = open(stack_path, "w")  # noqa: SIM115 - must live as long as the process
+    faulthandler.register(STACK_DUMP_SIGNAL, file=stack_file, all_threads=True, chain=False)
+    return stack_file
+
+
+def child_main(
+    cls: type,
+    rank: int,
+    test_name: str,
+    file_name: str,
+    control_conn: Connection,
+    result_conn: Connection,
+    files: RankFiles,
+    parent_pid: int,
+    run_kwargs: dict[str, Any],
+) -> None:
+    """Run one rank of one test; the target of every rank process."""
+    global _reporter
+    _die_with_parent(parent_pid)
+    _redirect_output(files.log_path)
+    stack_file = _register_stack_dump(files.stack_path)
+    _reporter = reporter = ResultReporter(result_conn, rank, test_name)
+    try:
+        cls._run(rank, test_name, file_name, control_conn, **run_kwargs)
+    except SystemExit as exc:
+        reporter.send(ReportStatus.EXITED, exit_code=exit_code_of(exc))
+        raise
+    except BaseException:
+        # Only reached when an override of run_test lets an exception escape.
+        formatted = traceback.format_exc()
+        print(formatted, file=sys.stderr)
+        reporter.send(ReportStatus.FAILED, traceback=formatted)
+        raise SystemExit(TEST_ERROR_EXIT_CODE) from None
+    else:
+        reporter.send(ReportStatus.PASSED)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        reporter.close()
+        _reporter = None
+        if stack_file is not None:
+            faulthandler.unregister(STACK_DUMP_SIGNAL)
+            stack_file.close()
