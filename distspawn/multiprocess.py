@@ -249,9 +249,7 @@ class MultiProcessTestCase(TestCase):
             worker.report_skip(str(skip))
             sys.exit(TEST_SKIPS["generic"].exit_code)
         except Exception:
-            formatted = traceback.format_exc()
-            print(formatted, file=sys.stderr)
-            worker.report_failure(formatted)
+            worker.report_failure(traceback.format_exc())
             sys.exit(self.TEST_ERROR_EXIT_CODE)
         finally:
             stop_send.send(None)

@@ -195,7 +195,8 @@ def rerun_command(test: unittest.TestCase) -> str:
     if path:
         relative = os.path.relpath(path)
         path = relative if not relative.startswith("..") else path
-    if os.environ.get("PYTEST_CURRENT_TEST") and path:
+    # pytest names the running test here; a child of a pytest run inherits a stale value.
+    if f"::{name}" in os.environ.get("PYTEST_CURRENT_TEST", "") and path:
         return f"python -m pytest '{path}::{cls.__qualname__.replace('.', '::')}::{name}'"
     if cls.__module__ in ("__main__", "__mp_main__") and path:
         return f"python {path} {cls.__qualname__}.{name}"

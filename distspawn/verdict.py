@@ -160,7 +160,8 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
         plural = "s" if len(problems) > 1 else ""
         parts = [f"{len(problems)} of {world} ranks failed (rank{plural} {names}):"]
         parts.extend(_describe_rank(o, p) for o, p in problems)
-        ended = [o.rank for o in outcomes if o.ended_by_harness]
+        blamed = {o.rank for o, _ in problems}
+        ended = [o.rank for o in outcomes if o.ended_by_harness and o.rank not in blamed]
         if ended:
             parts.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
                          "still running when the failure was known; ended by distspawn")

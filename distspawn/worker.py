@@ -142,9 +142,7 @@ def child_main(
         raise
     except BaseException:
         # Only reached when an override of run_test lets an exception escape.
-        formatted = traceback.format_exc()
-        print(formatted, file=sys.stderr)
-        reporter.send(ReportStatus.FAILED, traceback=formatted)
+        reporter.send(ReportStatus.FAILED, traceback=traceback.format_exc())
         raise SystemExit(TEST_ERROR_EXIT_CODE) from None
     else:
         reporter.send(ReportStatus.PASSED)

@@ -1,0 +1,69 @@
+"""Runs scenario files in a subprocess and checks that nothing outlives them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+MARKER_VAR = "DISTSPAWN_TEST_RUN_MARKER"
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    leftover_files: list[str]
+    leftover_pids: list[int]
+    elapsed: float
+
+    def verdict_line(self, test_name: str) -> str:
+        """unittest -v's line for a test, e.g. 'test_x (...) ... FAIL'."""
+        for line in self.output.splitlines():
+            if line.startswith(test_name + " ") and " ... " in line:
+                return line
+        raise AssertionError(f"no verdict line for {test_name} in:\n{self.output}")
+
+    def report(self, test_name: str) -> str:
+        """The failure block unittest printed for a test ('FAIL: test_x (...)' onwards)."""
+        for block in self.output.split("=" * 70):
+            words = block.strip().split(" ", 2)
+            if len(words) > 1 and words[0] in ("FAIL:", "ERROR:") and words[1] == test_name:
+                return block
+        raise AssertionError(f"no report for {test_name} in:\n{self.output}")
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if f"{MARKER_VAR}={marker}".encode() in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def run_python(args: list[str], env: dict[str, str] | None = None, timeout: float = 300,
+               cwd: Path = SCENARIOS) -> Run:
+    """Run ``python *args`` with a private TMPDIR; report what it left behind."""
+    marker = uuid.uuid4().hex
+    with tempfile.TemporaryDirectory(prefix="distspawn-test-") as tmp:
+        full_env = {**os.environ, "TMPDIR": tmp, MARKER_VAR: marker, **(env or {})}
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, *args], cwd=cwd, env=full_env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout)
+        elapsed = time.monotonic() - started
+        leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*"))
+    return Run(proc.returncode, proc.stdout, leftovers, processes_with_marker(marker), elapsed)

@@ -1,0 +1,81 @@
+"""One test per fault case; test/test_verdicts.py runs this file and reads the verdicts."""
+
+import ctypes
+import os
+import signal
+import sys
+import time
+import unittest
+
+import torch
+import torch.distributed as dist
+
+from distspawn import TIMEOUT_OVERRIDE, MultiProcessTestCase, run_tests, skip_if_lt_x_gpu
+
+TIMEOUT_OVERRIDE["test_hang_on_rank0"] = 8
+
+
+class Faults(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_pass(self):
+        store = dist.FileStore(self.file_name, self.world_size)
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size, store=store)
+        tensor = torch.ones(2) * (self.rank + 1)
+        dist.all_reduce(tensor)
+        self.assertEqual(tensor, [3.0, 3.0])
+
+    def test_assertion_on_rank1(self):
+        print(f"about to compare on rank {self.rank}")
+        if self.rank == 1:
+            self.assertEqual(torch.tensor([1.0]), torch.tensor([2.0]), "rank one disagrees")
+
+    def test_exception_on_rank0(self):
+        if self.rank == 0:
+            raise ValueError("boom on rank zero")
+        time.sleep(60)  # would hang without early stop
+
+    def test_sigsegv_on_rank1(self):
+        if self.rank == 1:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(60)
+
+    def test_sigkill_on_rank0(self):
+        if self.rank == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+
+    def test_sys_exit_3_on_rank1(self):
+        if self.rank == 1:
+            sys.exit(3)
+
+    def test_os_exit_0_mid_test(self):
+        if self.rank == 0:
+            os._exit(0)
+
+    def test_skip_on_all_ranks(self):
+        raise unittest.SkipTest("no widgets on this machine")
+
+    def test_skip_on_rank1_only(self):
+        if self.rank == 1:
+            raise unittest.SkipTest("rank one lacks a widget")
+
+    @skip_if_lt_x_gpu(2)
+    def test_skip_decorator_exit_code(self):
+        pass
+
+    def test_hang_on_rank0(self):
+        if self.rank == 0:
+            # Stuck in native code while holding the GIL: no Python thread can run.
+            ctypes.PyDLL(None).sleep(120)
+        time.sleep(120)
+
+
+if __name__ == "__main__":
+    run_tests()

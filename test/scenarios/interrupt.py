@@ -1,0 +1,25 @@
+"""Ranks report their pids on a FIFO, then hang until the parent is interrupted."""
+
+import os
+import time
+
+from distspawn import MultiProcessTestCase, run_tests
+
+
+class Interrupted(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_hang(self):
+        with open(os.environ["PID_FIFO"], "w") as fifo:
+            fifo.write(f"{os.getpid()}\n")
+        time.sleep(120)
+
+
+if __name__ == "__main__":
+    run_tests()

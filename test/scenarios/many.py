@@ -1,0 +1,43 @@
+"""Fifty harness tests of every kind, for the nothing-left-behind check."""
+
+import os
+import signal
+import unittest
+
+import torch.distributed as dist
+
+from distspawn import MultiProcessTestCase, run_tests
+
+
+def _make(kind):
+    def test(self):
+        store = dist.FileStore(self.file_name, self.world_size)
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size, store=store)
+        if kind == "fail" and self.rank == 1:
+            raise AssertionError("planned failure")
+        if kind == "crash" and self.rank == 0:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if kind == "skip":
+            raise unittest.SkipTest("planned skip")
+        dist.barrier()
+
+    return test
+
+
+class Many(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+
+KINDS = ["pass", "fail", "crash", "skip", "pass"]
+for index in range(50):
+    setattr(Many, f"test_{index:02d}_{KINDS[index % 5]}", _make(KINDS[index % 5]))
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,24 @@
+"""A passing and a failing test, run through each invocation style."""
+
+from distspawn import MultiProcessTestCase, run_tests
+
+
+class Styles(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_ok(self):
+        self.assertIn(self.rank, (0, 1))
+        self.assertTrue(self.file_name)
+
+    def test_bad(self):
+        self.assertEqual(self.rank, 0, "only rank 0 is right")
+
+
+if __name__ == "__main__":
+    run_tests()

@@ -1,0 +1,103 @@
+"""The verdict and the message a user sees for every fault case (DESIGN.md section 4).
+
+scenarios/faults.py holds one test per case; it runs once, in a subprocess, and
+each test here reads its own case from that run.
+"""
+
+import re
+
+import pytest
+
+from harness import run_python
+
+
+@pytest.fixture(scope="module")
+def faults():
+    return run_python(["faults.py", "-v"])
+
+
+def test_run_exits_nonzero_and_leaves_nothing_behind(faults):
+    assert faults.returncode == 1, faults.output
+    assert faults.leftover_files == []
+    assert faults.leftover_pids == []
+
+
+def test_pass(faults):
+    assert faults.verdict_line("test_pass").endswith("... ok")
+
+
+def test_assertion_on_rank1_names_rank_and_shows_traceback_and_output(faults):
+    assert faults.verdict_line("test_assertion_on_rank1").endswith("FAIL")
+    report = faults.report("test_assertion_on_rank1")
+    assert "1 of 2 ranks failed (rank 1)" in report
+    assert "rank 1: raised an exception" in report
+    assert "rank one disagrees" in report  # the user's msg
+    assert "[rank 1] about to compare on rank 1" in report  # output tail, labelled
+    assert "[rank 0]" not in report  # a passing rank's output is not noise in the report
+
+
+def test_exception_on_rank0_ends_the_others_early(faults):
+    report = faults.report("test_exception_on_rank0")
+    assert "rank 0: raised an exception" in report
+    assert "ValueError: boom on rank zero" in report
+    assert "rank 1: still running when the failure was known; ended by distspawn" in report
+    elapsed = float(re.search(r"failed after ([\d.]+)s", report).group(1))
+    assert elapsed < 30, "rank 1 sleeps 60 s; the wait must end soon after rank 0 failed"
+
+
+def test_sigsegv_is_named_by_signal(faults):
+    report = faults.report("test_sigsegv_on_rank1")
+    assert "rank 1: crashed with SIGSEGV (exit code -11)" in report
+    assert "[rank 1] " in report  # the crash dump from the rank's output
+    elapsed = float(re.search(r"failed after ([\d.]+)s", report).group(1))
+    assert elapsed < 30
+
+
+def test_sigkill_is_named_by_signal(faults):
+    report = faults.report("test_sigkill_on_rank0")
+    assert "rank 0: crashed with SIGKILL (exit code -9)" in report
+
+
+def test_sys_exit_with_unexpected_code_fails(faults):
+    report = faults.report("test_sys_exit_3_on_rank1")
+    assert "rank 1: called sys.exit(3)" in report
+
+
+def test_os_exit_0_mid_test_is_not_a_pass(faults):
+    report = faults.report("test_os_exit_0_mid_test")
+    assert "rank 0: ended without reporting a result (exit code 0)" in report
+
+
+def test_skip_on_all_ranks_keeps_the_reason(faults):
+    assert faults.verdict_line("test_skip_on_all_ranks").endswith(
+        "skipped 'no widgets on this machine'")
+
+
+def test_skip_on_one_rank_fails_saying_who_and_why(faults):
+    report = faults.report("test_skip_on_rank1_only")
+    assert "ranks disagree: 1 of 2 ranks skipped while rank 0 ran the test" in report
+    assert "rank 1 skipped: rank one lacks a widget" in report
+
+
+def test_skip_decorator_exit_code_maps_to_its_message(faults):
+    assert faults.verdict_line("test_skip_decorator_exit_code").endswith(
+        "skipped 'Need at least 2 CUDA devices'")
+
+
+def test_hang_puts_every_live_ranks_stack_in_the_message(faults):
+    report = faults.report("test_hang_on_rank0")
+    assert "(deadline 8s)" in report
+    assert "rank 0: did not finish before the deadline" in report
+    assert "rank 1: did not finish before the deadline" in report
+    stacks = report.split("rank 1: did not finish")
+    # rank 0 is stuck in native code holding the GIL and still yields a stack
+    assert "in test_hang_on_rank0" in stacks[0]
+    assert "in test_hang_on_rank0" in stacks[1]
+    assert "Current thread" in stacks[0] and "_event_listener" in stacks[0]
+    elapsed = float(re.search(r"failed after ([\d.]+)s", report).group(1))
+    assert 8 <= elapsed < 20
+
+
+def test_every_failure_ends_with_a_rerun_command(faults):
+    for name in ("test_assertion_on_rank1", "test_sigkill_on_rank0", "test_hang_on_rank0"):
+        assert f"Re-run just this test:\n  python faults.py Faults.{name}" in faults.report(name)
