@@ -16,7 +16,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import types
 import unittest
 from functools import wraps
@@ -249,7 +248,7 @@ class MultiProcessTestCase(TestCase):
             worker.report_skip(str(skip))
             sys.exit(TEST_SKIPS["generic"].exit_code)
         except Exception:
-            worker.report_failure(traceback.format_exc())
+            worker.report_failure(worker.format_user_exception())
             sys.exit(self.TEST_ERROR_EXIT_CODE)
         finally:
             stop_send.send(None)
@@ -277,6 +276,11 @@ class MultiProcessTestCase(TestCase):
             self._rank_outcomes = supervisor.watch()
             self._timeout_s = timeout
             self._check_return_codes(fn, time.monotonic() - started)
+        except KeyboardInterrupt:
+            # unittest runs no clean-ups after Ctrl-C; do ours now.
+            self._end_rank_processes()
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+            raise
         finally:
             for pipe in self.pid_to_pipe.values():
                 pipe.close()

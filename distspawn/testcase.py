@@ -83,6 +83,11 @@ class _Comparison:
             raise _Mismatch(f"{where + ': ' if where else ''}{x!r} != {y!r}")
 
     def _numbers(self, x, y, where) -> None:
+        if all(isinstance(v, (int, np.integer, np.bool_)) for v in (x, y)):
+            if int(x) != int(y):
+                raise _Mismatch(f"{where + ': ' if where else ''}scalars are not equal: "
+                                f"{x!r} != {y!r}")
+            return
         x, y = complex(x), complex(y)
         if self.equal_nan and cmath.isnan(x) and cmath.isnan(y):
             return

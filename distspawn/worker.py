@@ -85,6 +85,27 @@ def exit_code_of(exc: SystemExit) -> int:
     return 1  # sys.exit("message") prints the message and exits 1
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def format_user_exception() -> str:
+    """The exception being handled, formatted without distspawn's own frames."""
+    exc = sys.exc_info()[1]
+    summary = traceback.TracebackException.from_exception(exc)
+    for part in _chain(summary):
+        kept = [f for f in part.stack if not f.filename.startswith(_PACKAGE_DIR)]
+        part.stack = traceback.StackSummary.from_list(kept or list(part.stack))
+    return "".join(summary.format())
+
+
+def _chain(summary: traceback.TracebackException):
+    seen = set()
+    while summary is not None and id(summary) not in seen:
+        seen.add(id(summary))
+        yield summary
+        summary = summary.__cause__ or summary.__context__
+
+
 def _die_with_parent(parent_pid: int) -> None:
     # If the parent is killed outright it cannot end us; let the kernel do it.
     if not sys.platform.startswith("linux"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,26 @@ class Run:
         raise AssertionError(f"no report for {test_name} in:\n{self.output}")
 
 
-def processes_with_marker(marker: str) -> list[int]:
+def processes_with_marker(marker: str, settle_s: float = 5.0) -> list[int]:
+    """Live processes started under ``marker``, after giving exiting ones ``settle_s``.
+
+    multiprocessing's resource tracker, for one, exits just after its parent.
+    """
+    pids = _marked_now(marker)
+    deadline = time.monotonic() + settle_s
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue  # already gone
+        try:
+            select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(pidfd)
+    return _marked_now(marker)
+
+
+def _marked_now(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
