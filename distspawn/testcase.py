@@ -100,6 +100,9 @@ class _Comparison:
 
     def _tensors(self, x, y, where) -> None:
         x, y = self._as_tensors(x, y, where)
+        if _is_number(x) and _is_number(y):
+            self._numbers(x, y, where)
+            return
         try:
             torch.testing.assert_close(
                 x, y, atol=self.atol, rtol=self.rtol, equal_nan=self.equal_nan,

@@ -1,0 +1,50 @@
+"""Importing distspawn changes no global state and pulls in no private torch harness."""
+
+import json
+import subprocess
+import sys
+
+SNAPSHOT = r"""
+import json, logging, multiprocessing, signal, sys, warnings
+import numpy, torch
+
+def snapshot():
+    root = logging.getLogger()
+    return {
+        "start_method": multiprocessing.get_start_method(allow_none=True),
+        "root_handlers": len(root.handlers),
+        "root_level": root.level,
+        "default_dtype": str(torch.get_default_dtype()),
+        "threads": torch.get_num_threads(),
+        "grad": torch.is_grad_enabled(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "flags_frozen": torch.backends.flags_frozen(),
+        "cudnn": torch.backends.cudnn.enabled,
+        "sigint": str(signal.getsignal(signal.SIGINT)),
+        "sigterm": str(signal.getsignal(signal.SIGTERM)),
+        "excepthook": repr(sys.excepthook),
+        "warning_filters": len(warnings.filters),
+        "cuda_initialized": torch.cuda.is_initialized(),
+    }
+
+def private_modules():
+    # `import torch` itself loads a few torch.testing._internal modules; count only new ones.
+    return {m for m in sys.modules if m.startswith("torch.testing._internal") or m == "expecttest"}
+
+before, private_before = snapshot(), private_modules()
+import distspawn, distspawn.compat
+after, private_after = snapshot(), private_modules()
+print(json.dumps({"before": before, "after": after,
+                  "private": sorted(private_after - private_before),
+                  "harness": sorted(m for m in private_after if m.endswith(
+                      ("common_utils", "common_distributed", "expecttest")))}))
+"""
+
+
+def test_import_has_no_global_side_effects():
+    out = subprocess.run([sys.executable, "-c", SNAPSHOT], capture_output=True, text=True,
+                         check=True).stdout
+    result = json.loads(out.splitlines()[-1])
+    assert result["after"] == result["before"]
+    assert result["private"] == []
+    assert result["harness"] == []

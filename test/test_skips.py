@@ -1,0 +1,91 @@
+"""Skip codes and decorators: upstream's values, no KeyError, env restored exactly."""
+
+import os
+import unittest
+
+import pytest
+
+import distspawn
+from distspawn import TEST_SKIPS, skip_if_lt_x_gpu, with_nccl_blocking_wait
+from distspawn.skips import environ_overrides, gpu_count_skip
+
+
+def test_codes_and_messages_are_upstreams():
+    codes = {name: skip.exit_code for name, skip in TEST_SKIPS.items()}
+    assert codes == {
+        "backend_unavailable": 72, "small_worldsize": 73, "odd_worldsize": 87, "no_cuda": 74,
+        "multi-gpu-1": 75, "multi-gpu-2": 77, "multi-gpu-3": 80, "multi-gpu-4": 81,
+        "multi-gpu-5": 82, "multi-gpu-6": 83, "multi-gpu-7": 84, "multi-gpu-8": 85,
+        "nccl": 76, "skipIfRocm": 78, "no_peer_access": 79, "generic": 86, "importerror": 88,
+        "no_accelerator": 89,
+    }
+    assert TEST_SKIPS["multi-gpu-2"].message == "Need at least 2 CUDA devices"
+    assert distspawn.TEST_ERROR_EXIT_CODE == 10
+    assert distspawn.DEFAULT_WORLD_SIZE == 4
+
+
+def test_more_than_eight_gpus_does_not_keyerror():
+    assert gpu_count_skip(16).message == "Need at least 16 CUDA devices"
+
+    @skip_if_lt_x_gpu(16)
+    def needs_many():
+        raise AssertionError("must not run")
+
+    with pytest.raises(unittest.SkipTest, match="Need at least 16 CUDA devices"):
+        needs_many()  # outside a rank process a skip is a SkipTest, not sys.exit
+
+
+def test_allow_cpu_runs_on_a_cpu_only_machine():
+    ran = []
+    skip_if_lt_x_gpu(2, allow_cpu=True)(lambda: ran.append(1))()
+    assert ran == [1]
+
+
+@pytest.mark.parametrize("before", [None, "0"])
+def test_nccl_blocking_wait_restores_exactly(monkeypatch, before):
+    for name in ("TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
+        if before is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, before)
+    seen = {}
+
+    @with_nccl_blocking_wait
+    def body():
+        seen["blocking"] = os.environ.get("TORCH_NCCL_BLOCKING_WAIT")
+        seen["async"] = os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+
+    body()
+    assert seen == {"blocking": "1", "async": None}
+    assert os.environ.get("TORCH_NCCL_BLOCKING_WAIT") == before
+    assert os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == before
+
+
+def test_environ_overrides_restore_after_an_exception(monkeypatch):
+    monkeypatch.delenv("DISTSPAWN_X", raising=False)
+    with pytest.raises(RuntimeError):
+        with environ_overrides({"DISTSPAWN_X": "1"}):
+            raise RuntimeError
+    assert "DISTSPAWN_X" not in os.environ
+
+
+def test_small_and_odd_worldsize_read_the_environment(monkeypatch):
+    monkeypatch.setenv("BACKEND", "gloo")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(unittest.SkipTest, match="odd world size"):
+        distspawn.skip_if_odd_worldsize(lambda: None)()
+    with pytest.raises(unittest.SkipTest, match="small world size"):
+        distspawn.skip_if_small_worldsize(lambda: None)()
+    monkeypatch.setenv("WORLD_SIZE", "many")
+    with pytest.raises(ValueError, match="WORLD_SIZE='many' is not an integer"):
+        distspawn.skip_if_odd_worldsize(lambda: None)()
+
+
+def test_requires_decorators_skip_missing_backends():
+    nccl = distspawn.requires_nccl()(lambda: None)
+    assert getattr(nccl, "__unittest_skip__", False) is not distspawn.skips.c10d.is_nccl_available()
+
+
+def test_get_timeout_uses_overrides():
+    assert distspawn.get_timeout("a.B.test_ddp_uneven_inputs") == 400
+    assert distspawn.get_timeout("a.B.test_other") == distspawn.TIMEOUT_DEFAULT
