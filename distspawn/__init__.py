@@ -1,7 +1,7 @@
 """distspawn: PyTorch's distributed test harness as a real library.
 
-Import what upstream test files import from
-``torch.testing._internal.common_distributed`` from here instead::
+Import here what upstream test files import from PyTorch's private
+``common_distributed`` module::
 
     from distspawn import MultiProcessTestCase, run_tests, skip_if_lt_x_gpu
 """

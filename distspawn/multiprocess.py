@@ -158,6 +158,7 @@ class MultiProcessTestCase(TestCase):
         run_kwargs = {"fake_pg": self.fake_pg} if hasattr(self, "fake_pg") else {}
         self.processes = []
         self._rank_processes = []
+        self._started_at = time.monotonic()
         for rank in range(world_size):
             control_parent, control_child = mp.Pipe()
             results_parent, results_child = mp.Pipe(duplex=False)
@@ -271,11 +272,10 @@ class MultiProcessTestCase(TestCase):
         policy = self._return_code_policy(fn)
         supervisor = RankSupervisor(
             self._rank_processes, timeout, lambda outcome: is_decisive(outcome, policy))
-        started = time.monotonic()
         try:
             self._rank_outcomes = supervisor.watch()
             self._timeout_s = timeout
-            self._check_return_codes(fn, time.monotonic() - started)
+            self._check_return_codes(fn, time.monotonic() - self._started_at)
         except KeyboardInterrupt:
             # unittest runs no clean-ups after Ctrl-C; do ours now.
             self._end_rank_processes()

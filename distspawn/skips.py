@@ -30,28 +30,30 @@ class TestSkip(NamedTuple):
     message: str
 
 
+# (name, exit code, message): the codes and texts are upstream's contract.
+_NAMED_SKIPS = (
+    ("backend_unavailable", 72, "Skipped because distributed backend is not available."),
+    ("small_worldsize", 73, "Skipped due to small world size."),
+    ("odd_worldsize", 87, "Skipped due to odd world size."),
+    ("no_cuda", 74, "CUDA is not available."),
+    ("nccl", 76, "c10d not compiled with NCCL support"),
+    ("skipIfRocm", 78, "Test skipped for ROCm"),
+    ("no_peer_access", 79, "Test skipped because no GPU peer access"),
+    ("generic", 86, "Test skipped at subprocess level, look at subprocess log for skip reason"),
+    ("importerror", 88, "Test skipped due to missing import"),
+    ("no_accelerator", 89, "accelerator is not available."),
+)
+# Exit codes for "needs N GPUs", N = 1..8 (76, 78 and 79 were already taken).
+_GPU_COUNT_CODES = (75, 77, 80, 81, 82, 83, 84, 85)
+
 TEST_SKIPS: dict[str, TestSkip] = {
-    "backend_unavailable": TestSkip(72, "Skipped because distributed backend is not available."),
-    "small_worldsize": TestSkip(73, "Skipped due to small world size."),
-    "odd_worldsize": TestSkip(87, "Skipped due to odd world size."),
-    "no_cuda": TestSkip(74, "CUDA is not available."),
-    "multi-gpu-1": TestSkip(75, "Need at least 1 CUDA device"),
-    "multi-gpu-2": TestSkip(77, "Need at least 2 CUDA devices"),
-    "multi-gpu-3": TestSkip(80, "Need at least 3 CUDA devices"),
-    "multi-gpu-4": TestSkip(81, "Need at least 4 CUDA devices"),
-    "multi-gpu-5": TestSkip(82, "Need at least 5 CUDA devices"),
-    "multi-gpu-6": TestSkip(83, "Need at least 6 CUDA devices"),
-    "multi-gpu-7": TestSkip(84, "Need at least 7 CUDA devices"),
-    "multi-gpu-8": TestSkip(85, "Need at least 8 CUDA devices"),
-    "nccl": TestSkip(76, "c10d not compiled with NCCL support"),
-    "skipIfRocm": TestSkip(78, "Test skipped for ROCm"),
-    "no_peer_access": TestSkip(79, "Test skipped because no GPU peer access"),
-    "generic": TestSkip(
-        86, "Test skipped at subprocess level, look at subprocess log for skip reason"
-    ),
-    "importerror": TestSkip(88, "Test skipped due to missing import"),
-    "no_accelerator": TestSkip(89, "accelerator is not available."),
+    name: TestSkip(code, message) for name, code, message in _NAMED_SKIPS
 }
+TEST_SKIPS.update(
+    (f"multi-gpu-{count}",
+     TestSkip(code, f"Need at least {count} CUDA device{'s' if count > 1 else ''}"))
+    for count, code in enumerate(_GPU_COUNT_CODES, start=1)
+)
 
 SKIP_MESSAGE_BY_EXIT_CODE: dict[int, str] = {s.exit_code: s.message for s in TEST_SKIPS.values()}
 
@@ -61,8 +63,7 @@ def gpu_count_skip(count: int) -> TestSkip:
     known = TEST_SKIPS.get(f"multi-gpu-{count}")
     if known is not None:
         return known
-    device_word = "device" if count == 1 else "devices"
-    return TestSkip(TEST_SKIPS["multi-gpu-8"].exit_code, f"Need at least {count} CUDA {device_word}")
+    return TestSkip(_GPU_COUNT_CODES[-1], f"Need at least {count} CUDA devices")
 
 
 def skip_rank(test_skip: TestSkip, args: Sequence[Any] = ()) -> NoReturn | None:

@@ -38,14 +38,17 @@ def test_ctrl_c_in_the_parent_ends_every_rank():
         parent = subprocess.Popen([sys.executable, "interrupt.py"], cwd=SCENARIOS, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+            # Read-write: the FIFO never reports end-of-file, so select waits for data.
+            reader = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
             pids, buffer = [], b""
             deadline = time.monotonic() + 120
             while len(pids) < 2 and time.monotonic() < deadline:
                 ready, _, _ = select.select([reader], [], [], 1.0)
-                if ready:
-                    buffer += os.read(reader, 1024)
-                    pids = [int(p) for p in buffer.split()]
+                try:
+                    buffer += os.read(reader, 1024) if ready else b""
+                except BlockingIOError:
+                    continue
+                pids = [int(p) for p in buffer.split()]
             os.close(reader)
             assert len(pids) == 2, "the ranks never started"
             interrupted = time.monotonic()

@@ -101,3 +101,11 @@ def test_hang_puts_every_live_ranks_stack_in_the_message(faults):
 def test_every_failure_ends_with_a_rerun_command(faults):
     for name in ("test_assertion_on_rank1", "test_sigkill_on_rank0", "test_hang_on_rank0"):
         assert f"Re-run just this test:\n  python faults.py Faults.{name}" in faults.report(name)
+
+
+def test_skip_return_code_checks_ignores_exit_codes(faults):
+    assert faults.verdict_line("test_any_exit_code_is_fine").endswith("... ok")
+
+
+def test_special_return_code_checks_expects_that_code(faults):
+    assert faults.verdict_line("test_abort_is_expected").endswith("... ok")

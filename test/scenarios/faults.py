@@ -10,20 +10,13 @@ import unittest
 import torch
 import torch.distributed as dist
 
-from distspawn import TIMEOUT_OVERRIDE, MultiProcessTestCase, run_tests, skip_if_lt_x_gpu
+from distspawn import TIMEOUT_OVERRIDE, run_tests, skip_if_lt_x_gpu
+from two_ranks import TwoRankTestCase
 
 TIMEOUT_OVERRIDE["test_hang_on_rank0"] = 8
 
 
-class Faults(MultiProcessTestCase):
-    @property
-    def world_size(self):
-        return 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class Faults(TwoRankTestCase):
     def test_pass(self):
         store = dist.FileStore(self.file_name, self.world_size)
         dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size, store=store)
@@ -75,6 +68,22 @@ class Faults(MultiProcessTestCase):
             # Stuck in native code while holding the GIL: no Python thread can run.
             ctypes.PyDLL(None).sleep(120)
         time.sleep(120)
+
+
+class ReturnCodeChecks(TwoRankTestCase):
+    """Upstream's override points, registered the way upstream test files do it."""
+
+    def setUp(self):
+        super().setUp()
+        self.skip_return_code_checks = [self.test_any_exit_code_is_fine]
+        self.special_return_code_checks = {self.test_abort_is_expected: -signal.SIGABRT}
+
+    def test_any_exit_code_is_fine(self):
+        if self.rank == 1:
+            sys.exit(7)
+
+    def test_abort_is_expected(self):
+        os.abort()
 
 
 if __name__ == "__main__":

@@ -3,18 +3,11 @@
 import os
 import time
 
-from distspawn import MultiProcessTestCase, run_tests
+from distspawn import run_tests
+from two_ranks import TwoRankTestCase
 
 
-class Interrupted(MultiProcessTestCase):
-    @property
-    def world_size(self):
-        return 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class Interrupted(TwoRankTestCase):
     def test_hang(self):
         with open(os.environ["PID_FIFO"], "w") as fifo:
             fifo.write(f"{os.getpid()}\n")

@@ -6,33 +6,27 @@ import unittest
 
 import torch.distributed as dist
 
-from distspawn import MultiProcessTestCase, run_tests
+from distspawn import run_tests
+from two_ranks import TwoRankTestCase
 
 
 def _make(kind):
     def test(self):
+        if kind == "skip":
+            raise unittest.SkipTest("planned skip")
         store = dist.FileStore(self.file_name, self.world_size)
         dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size, store=store)
         if kind == "fail" and self.rank == 1:
             raise AssertionError("planned failure")
         if kind == "crash" and self.rank == 0:
             os.kill(os.getpid(), signal.SIGSEGV)
-        if kind == "skip":
-            raise unittest.SkipTest("planned skip")
         dist.barrier()
 
     return test
 
 
-class Many(MultiProcessTestCase):
-    @property
-    def world_size(self):
-        return 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class Many(TwoRankTestCase):
+    pass
 
 KINDS = ["pass", "fail", "crash", "skip", "pass"]
 for index in range(50):

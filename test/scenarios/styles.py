@@ -1,17 +1,10 @@
 """A passing and a failing test, run through each invocation style."""
 
-from distspawn import MultiProcessTestCase, run_tests
+from distspawn import run_tests
+from two_ranks import TwoRankTestCase
 
 
-class Styles(MultiProcessTestCase):
-    @property
-    def world_size(self):
-        return 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class Styles(TwoRankTestCase):
     def test_ok(self):
         self.assertIn(self.rank, (0, 1))
         self.assertTrue(self.file_name)
