@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -70,9 +69,11 @@ class RankSupervisor:
                 if remaining <= 0:
                     break
                 for ready in wait([*self._open_results, *self._running], timeout=remaining):
+                    # Membership is re-checked: handling one rank's exit drains (and
+                    # may close) its result pipe, which can also be in this batch.
                     if ready in self._open_results:
                         self._on_results_readable(ready)
-                    else:
+                    elif ready in self._running:
                         self._on_rank_exited(self._running.pop(ready))
             if self._running:
                 if self._stop_at is not None:
@@ -103,8 +104,7 @@ class RankSupervisor:
     def _on_rank_exited(self, rank: int) -> None:
         """A rank's process ended: read what it sent before exiting, record its code."""
         handle = self._ranks[rank]
-        while handle.results in self._open_results and handle.results.poll():
-            self._on_results_readable(handle.results)
+        self._drain_results(handle)
         handle.process.join()
         self.outcomes[rank].exit_code = handle.process.exitcode
         self._note(self.outcomes[rank])
@@ -125,14 +125,17 @@ class RankSupervisor:
 
     # -- helpers ------------------------------------------------------------
 
+    def _drain_results(self, handle: RankProcess) -> None:
+        while handle.results in self._open_results and handle.results.poll():
+            self._on_results_readable(handle.results)
+
     def _note(self, outcome: RankOutcome) -> None:
         if self._stop_at is None and self._is_decisive(outcome):
             self._stop_at = time.monotonic() + FAILURE_GRACE_S
 
     def _finish_outcome(self, handle: RankProcess) -> None:
         outcome = self.outcomes[handle.rank]
-        while handle.results in self._open_results and handle.results.poll():
-            self._on_results_readable(handle.results)
+        self._drain_results(handle)
         if outcome.exit_code is None:
             outcome.exit_code = handle.process.exitcode
         outcome.legacy_error = _legacy_error(handle.control)
@@ -188,16 +191,16 @@ def collect_stacks(ranks: list[RankProcess]) -> dict[int, str]:
 def _read_when_settled(ranks: list[RankProcess]) -> dict[RankProcess, str]:
     # faulthandler writes from a signal handler and says nothing when done, so
     # wait until each file has content that stopped growing (bounded).
-    sizes: dict[RankProcess, deque] = {h: deque(maxlen=2) for h in ranks}
+    last_size = {h: -1 for h in ranks}
     give_up = time.monotonic() + STACK_WAIT_S
     pending = set(ranks)
     while pending and time.monotonic() < give_up:
         time.sleep(0.05)
         for handle in list(pending):
             size = _file_size(handle.files.stack_path)
-            sizes[handle].append(size)
-            if size > 0 and sizes[handle][0] == size and len(sizes[handle]) == 2:
+            if size > 0 and size == last_size[handle]:
                 pending.discard(handle)
+            last_size[handle] = size
     return {h: _read_text(h.files.stack_path) for h in ranks}
 
 
