@@ -22,7 +22,69 @@ from .environment import (
     TIMEOUT_OVERRIDE,
     get_timeout,
 )
+from .accelerators import (
+    ACCELERATOR_DIST_BACKENDS,
+    DDP_RANK_DEVICES,
+    HAS_ACCELERATOR,
+    PLATFORM_SUPPORTS_SYMM_MEM,
+    TORCHCOMM_HAS_GLOO,
+    TORCHCOMM_HAS_NCCL,
+    TORCHCOMM_HAS_NCCLX,
+    TORCHCOMM_HAS_RCCL,
+    TORCHCOMM_HAS_RCCLX,
+    TORCHCOMM_HAS_XCCL,
+    LazyFlag,
+    evaluate_platform_supports_symm_mem,
+    requires_multicast_support,
+    setup_torchcomms_pg,
+)
+from .barrier import Barrier
+from .dist_backend import (
+    CUSTOM_PG_TIMEOUT,
+    MASTER_ADDR,
+    DistEnv,
+    DistEnvError,
+    DistTestCases,
+    TestDistBackend,
+    default_pg_timeout,
+    read_dist_env,
+    require_backend_feature,
+    require_backend_is_available,
+    require_exact_world_size,
+    require_world_size,
+)
+from .distributed_base import (
+    DistributedTestBase,
+    DynamoDistributedMultiProcTestCase,
+    DynamoDistributedSingleProcTestCase,
+)
+from .helpers import (
+    CUDA_PROFILING_SUPPORTED_BACKENDS,
+    PROFILING_SUPPORTED_BACKENDS,
+    SEND_RECV_PROFILING_SUPPORTED_BACKENDS,
+    captured_output,
+    get_profiler_nccl_meta,
+    get_profiling_event,
+    has_efa,
+    init_multigpu_helper,
+    retrieve_result_from_completion_queue,
+    run_subtests,
+    simple_sparse_reduce_tests,
+    tp_transports,
+    verify_ddp_error_logged,
+)
+from .models import SaveForwardInputsModel, SaveForwardInputsModule
 from .multiprocess import MultiProcessTestCase
+from .optional import HAS_TORCHVISION, skipIfNoTorchVision
+from .stores import (
+    ADDRESS_IN_USE,
+    CONNECT_TIMEOUT,
+    create_device,
+    create_tcp_store,
+    find_free_port,
+    retry_on_connect_failures,
+)
+from .tempdirs import cleanup_temp_dir, initialize_temp_directories, rank_temp_file
 from .skips import (
     TEST_SKIPS,
     TestSkip,

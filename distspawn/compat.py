@@ -1,13 +1,30 @@
 """The shape of upstream's ``common_distributed`` module, for one-line migrations::
 
+    from distspawn.compat import *            # instead of ...common_distributed import *
     import distspawn.compat as common_distributed
-    from distspawn.compat import MultiProcessTestCase, TEST_SKIPS
 
-Every name upstream exports that distspawn implements is importable here.
+Every name upstream's module defines is importable here, including its private
+helpers that test files use (``_dynamo_dist_per_rank_init``, ...).
 """
+
+import logging
 
 from . import *  # noqa: F401,F403 - the point of this module is re-export
 from . import __all__ as _public
+from . import tempdirs as _tempdirs
+from .distributed_base import _dynamo_dist_per_rank_init  # noqa: F401
 from .environment import IS_LINUX  # noqa: F401
+from .skips import _maybe_handle_skip_if_lt_x_gpu  # noqa: F401
 
-__all__ = list(_public)
+logger = logging.getLogger("distspawn")
+
+_EXTRA = ["IS_LINUX", "logger", "tmp_dir", "_dynamo_dist_per_rank_init",
+          "_maybe_handle_skip_if_lt_x_gpu"]
+__all__ = list(_public) + _EXTRA
+
+
+def __getattr__(name: str):
+    # tmp_dir changes as tests run; read it live rather than copy it at import.
+    if name == "tmp_dir":
+        return _tempdirs.tmp_dir
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

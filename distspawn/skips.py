@@ -82,6 +82,15 @@ def skip_rank(test_skip: TestSkip, args: Sequence[Any] = ()) -> NoReturn | None:
     raise unittest.SkipTest(test_skip.message)
 
 
+def _maybe_handle_skip_if_lt_x_gpu(args: Sequence[Any], msg: str) -> bool:
+    """Hand ``msg`` to the test instance's ``_handle_test_skip`` hook, if it has one."""
+    handler = getattr(args[0], "_handle_test_skip", None) if args else None
+    if handler is None:
+        return False
+    handler(msg)
+    return True
+
+
 def _world_size_from(args: Sequence[Any]) -> int:
     raw = os.environ.get("WORLD_SIZE")
     if raw is None and args and hasattr(args[0], "world_size"):

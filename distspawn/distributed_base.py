@@ -1,0 +1,206 @@
+"""Device-agnostic multi-process bases, and the ones for torch.compile tests.
+
+``DistributedTestBase`` picks the backend from a device string and builds the
+process group on the test's file store. The Dynamo bases reset compiler state
+around each test. Neither uses a fixed port.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import unittest
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as c10d
+
+from .multiprocess import MultiProcessTestCase
+from .stores import find_free_port
+from .testcase import TestCase
+
+_BACKEND_BY_DEVICE = (("cuda", "nccl"), ("hpu", "hccl"), ("xpu", "xccl"))
+
+
+def _backend_for(device: Any) -> str:
+    text = str(device)
+    for family, backend in _BACKEND_BY_DEVICE:
+        if family in text:
+            return backend
+    return "gloo"
+
+
+def _reset_compiler_state() -> None:
+    # Nothing to reset unless the test imported dynamo (importing it costs seconds).
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+
+
+def _accelerator_type() -> str | None:
+    accelerator = torch.accelerator.current_accelerator()
+    return accelerator.type if accelerator is not None else None
+
+
+class DistributedTestBase(MultiProcessTestCase):
+    """Starts the ranks in ``setUp``; tests call ``self.create_pg(device)``.
+
+    The backend follows the device: cuda -> nccl, hpu -> hccl, xpu -> xccl,
+    anything else -> gloo.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        os.environ["WORLD_SIZE"] = str(self.world_size)
+        self._spawn_processes()
+
+    def tearDown(self) -> None:
+        if c10d.is_available() and c10d.is_initialized():
+            c10d.destroy_process_group()
+        try:
+            os.remove(self.file_name)
+        except OSError:
+            pass
+        super().tearDown()
+
+    def backend(self, device: Any) -> str:
+        return _backend_for(device)
+
+    def create_pg(self, device: Any, world_size: int | None = None) -> Any:
+        """Initialise the default group for ``device`` on this test's file store."""
+        world_size = self.world_size if world_size is None else world_size
+        backend = self.backend(device)
+        store = c10d.FileStore(self.file_name, world_size)
+        c10d.init_process_group(backend=backend, world_size=world_size, rank=self.rank,
+                                store=store)
+        if backend in ("nccl", "xccl"):
+            device_type = _accelerator_type()
+            if device_type is None:
+                raise RuntimeError(
+                    f"the {backend} backend needs an accelerator, and torch.accelerator "
+                    "found none")
+            rank_device = torch.device(f"{device_type}:{self.rank}")
+            torch.set_default_device(rank_device)
+            torch.accelerator.set_device_index(rank_device)
+        return c10d.distributed_c10d._get_default_group()
+
+    def rank_to_device(self, device: Any) -> dict[int, list[int]]:
+        """Rank -> [device index], wrapping round the visible devices."""
+        visible = torch.get_device_module(device).device_count()
+        return {rank: [rank % visible] for rank in range(self.world_size)}
+
+
+def _rendezvous_port() -> str:
+    # Ranks are siblings: their parent's pid is the same for all of them and
+    # differs between concurrent runs, unlike upstream's fixed port.
+    return str(20000 + os.getppid() % 40000)
+
+
+@contextmanager
+def _dynamo_dist_per_rank_init(rank: int, world_size: int, backend: str | None = None,
+                               init_pg: bool = True, fake_pg: bool = False) -> Iterator[None]:
+    """Set up one rank for a torch.compile test and reset compiler state around it.
+
+    The rendezvous uses MASTER_PORT when set, else a port shared by sibling ranks.
+    """
+    device_type = _accelerator_type()
+    if not fake_pg and device_type is not None:
+        torch.accelerator.set_device_index(rank)
+    if backend is None:
+        backend = c10d.get_default_backend_for_device(device_type or "cpu")
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ.setdefault(
+        "MASTER_PORT", str(find_free_port()) if world_size == 1 else _rendezvous_port())
+    if init_pg:
+        if fake_pg:
+            # With no store, torch itself sets up its fake backend and store.
+            c10d.init_process_group(backend="fake", world_size=world_size, rank=rank)
+        else:
+            c10d.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    _reset_compiler_state()
+    try:
+        yield
+    finally:
+        _reset_compiler_state()
+        if init_pg:
+            c10d.destroy_process_group()
+
+
+class DynamoDistributedSingleProcTestCase(TestCase):
+    """One process, world size 1, a process group for the class: simple compile tests.
+
+    Uses the accelerator when there is one, else the CPU with gloo.
+    """
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        cls._saved_env = {key: os.environ.get(key) for key in ("MASTER_ADDR", "MASTER_PORT")}
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = str(find_free_port())
+        cls.rank = 0
+        device_type = _accelerator_type() or "cpu"
+        cls.device = f"{device_type}:{cls.rank}"
+        cls.device_ids = None if device_type in cls.device else [cls.rank]
+        c10d.init_process_group(c10d.get_default_backend_for_device(device_type),
+                                rank=cls.rank, world_size=1)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        if c10d.is_initialized():
+            c10d.destroy_process_group()
+        for key, value in cls._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        super().tearDownClass()
+
+    def setUp(self) -> None:
+        super().setUp()
+        _reset_compiler_state()
+
+    def tearDown(self) -> None:
+        _reset_compiler_state()
+        super().tearDown()
+
+
+class DynamoDistributedMultiProcTestCase(DistributedTestBase):
+    """One rank per accelerator; decorate tests with ``skip_if_lt_x_gpu(n)``.
+
+    Fresh processes per test are costly: prefer MultiThreadedTestCase where it will do.
+    """
+
+    @property
+    def world_size(self) -> int:
+        return torch.accelerator.device_count()
+
+    def setUp(self) -> None:
+        if self.world_size < 1:
+            raise unittest.SkipTest(
+                f"{type(self).__name__} runs one rank per accelerator and "
+                "torch.accelerator found none")
+        saved = os.environ.get("MASTER_PORT")
+        os.environ["MASTER_PORT"] = str(find_free_port())
+        self.addCleanup(_restore_env, "MASTER_PORT", saved)
+        super().setUp()
+
+    @classmethod
+    def _run(cls, rank: int, test_name: str, file_name: str, parent_pipe, **kwargs) -> None:
+        try:
+            from torch._logging._internal import trace_log
+        except ImportError:
+            trace_log = None
+        if trace_log is not None:
+            trace_log.addHandler(logging.NullHandler())  # keep structured traces quiet
+        super()._run(rank, test_name, file_name, parent_pipe, **kwargs)
+
+
+def _restore_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
