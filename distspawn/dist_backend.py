@@ -114,7 +114,7 @@ def read_dist_env(allowed_backends: Any = None, min_world_size: int = 2,
                         f"{', '.join(allowed)}")
     raw_size = os.environ.get("WORLD_SIZE")
     world_size = 0
-    if raw_size is None:
+    if not raw_size:
         problems.append(f"WORLD_SIZE is not set; expected an integer >= {min_world_size}")
     else:
         try:
@@ -142,16 +142,18 @@ def read_dist_env(allowed_backends: Any = None, min_world_size: int = 2,
     return DistEnv(backend, world_size, temp_dir, os.environ.get("INIT_METHOD", "env://"))
 
 
+_AVAILABILITY_PROBES = {
+    "gloo": dist.is_gloo_available,
+    "nccl": dist.is_nccl_available,
+    "mpi": dist.is_mpi_available,
+    "ucc": dist.is_ucc_available,
+}
+
+
 def backend_is_available(backend: str) -> bool:
     """Whether this torch can create a process group with ``backend``."""
-    probes = {
-        "gloo": dist.is_gloo_available,
-        "nccl": dist.is_nccl_available,
-        "mpi": dist.is_mpi_available,
-        "ucc": dist.is_ucc_available,
-    }
-    if backend in probes:
-        return probes[backend]()
+    if backend in _AVAILABILITY_PROBES:
+        return _AVAILABILITY_PROBES[backend]()
     return backend in DistTestCases.backend_feature["plugin"] or (
         backend in dist.Backend.backend_list and backend != "undefined")
 
@@ -246,6 +248,11 @@ def _unavailable_backend_error(error: RuntimeError) -> bool:
     return any(marker in text for marker in ("recompile", "built in", "not available", "not built"))
 
 
+def _unavailable_message(detail: str) -> str:
+    backend = os.environ.get("BACKEND")
+    return f"{TEST_SKIPS['backend_unavailable'].message} BACKEND={backend}: {detail}"
+
+
 class TestDistBackend(MultiProcessTestCase):
     """Runs each test on WORLD_SIZE ranks with a BACKEND process group already set up.
 
@@ -262,6 +269,12 @@ class TestDistBackend(MultiProcessTestCase):
         super().setUpClass()
 
     def setUp(self) -> None:
+        backend = os.environ.get("BACKEND", "")
+        if backend in _AVAILABILITY_PROBES and not backend_is_available(backend):
+            # Known before any rank starts: say so without starting them.
+            raise unittest.SkipTest(_unavailable_message(
+                f"this torch was built without it (torch.distributed.is_{backend}_available() "
+                "is False)"))
         super().setUp()
         initialize_temp_directories()
         self.addCleanup(cleanup_temp_dir)  # also when a later setUp step raises
@@ -319,8 +332,8 @@ class TestDistBackend(MultiProcessTestCase):
         except RuntimeError as error:
             if not _unavailable_backend_error(error):
                 raise
-            unavailable = TEST_SKIPS["backend_unavailable"]
-            skip_rank(TestSkip(unavailable.exit_code, f"{unavailable.message}: {error}"))
+            skip_rank(TestSkip(TEST_SKIPS["backend_unavailable"].exit_code,
+                               _unavailable_message(str(error))))
         # Everyone is initialised before anyone can leave early (e.g. by skipping).
         self._sync_ranks()
         self.run_test(test_name, pipe)

@@ -50,7 +50,7 @@ def _sparse_input(rank: int, world_size: int, sparse_dims: int = 1,
     indices = torch.cat([rows, *extra]) if extra else rows
     shape = [world_size] + [world_size] * (sparse_dims - 1) + [2] * dense_dims
     values = torch.ones([rank + 1] + [2] * dense_dims)
-    return torch.sparse_coo_tensor(indices, values, shape)
+    return torch.sparse_coo_tensor(indices, values, shape, check_invariants=True)
 
 
 def simple_sparse_reduce_tests(rank: int, world_size: int,
