@@ -135,29 +135,22 @@ def setup_torchcomms_pg(
     import torchcomms
     from torch.distributed.distributed_c10d import _BackendWrapper, _register_pg_in_world
 
-    store = c10d.FileStore(store_path, world_size)
-    os.environ["TORCHCOMM_RANK"] = str(rank)
-    os.environ["TORCHCOMM_SIZE"] = str(world_size)
-    comm = torchcomms.new_comm(
-        backend,
-        device,
-        name=f"{group_name}_comm",
-        store=c10d.PrefixStore(f"{group_name}_tc/", store),
-        hints={"persistent_store": "true"},
-    )
-    group = c10d.ProcessGroup(
-        c10d.PrefixStore(f"{group_name}_pg/", store), comm.get_rank(), comm.get_size())
-    nccl_type = c10d.ProcessGroup.BackendType.NCCL
-    group._register_backend(comm.get_device(), nccl_type, _BackendWrapper(comm))
+    os.environ.update(TORCHCOMM_RANK=str(rank), TORCHCOMM_SIZE=str(world_size))
+    shared = c10d.FileStore(store_path, world_size)
+
+    def scoped(suffix: str) -> Any:
+        return c10d.PrefixStore(f"{group_name}_{suffix}/", shared)
+
+    options = {"name": f"{group_name}_comm", "store": scoped("tc"),
+               "hints": {"persistent_store": "true"}}
+    comm = torchcomms.new_comm(backend, device, **options)
+    group = c10d.ProcessGroup(scoped("pg"), comm.get_rank(), comm.get_size())
+    as_nccl = c10d.ProcessGroup.BackendType.NCCL
+    group._register_backend(comm.get_device(), as_nccl, _BackendWrapper(comm))
     # Registering a backend does not make it the default one, and some setters need that.
-    group._set_default_backend(nccl_type)
+    group._set_default_backend(as_nccl)
     group._set_group_name(group_name)
-    _register_pg_in_world(
-        group,
-        backend_name=backend,
-        store=store,
-        group_name=group_name,
-        backend_config=backend,
-        rank_mapping={r: r for r in range(world_size)},
-    )
+    identity = {r: r for r in range(world_size)}
+    _register_pg_in_world(group, backend_name=backend, store=shared, group_name=group_name,
+                          backend_config=backend, rank_mapping=identity)
     return group

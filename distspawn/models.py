@@ -26,16 +26,15 @@ ddp_suggest_debug_mode_str = (
 
 
 class NetWithBuffers(nn.Module):
-    """Two bias-free linears and a buffer that changes on every forward."""
+    """Two bias-free linears (10 -> 10 -> 1) and a (1, 2) buffer bumped by each forward."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.a = nn.Linear(10, 10, bias=False)
-        self.b = nn.Linear(10, 1, bias=False)
+        self.a, self.b = (nn.Linear(n_in, n_out, bias=False) for n_in, n_out in ((10, 10), (10, 1)))
         self.register_buffer("buffer", torch.randn(1, 2))
 
     def forward(self, x):
-        self.buffer.add_(1)
+        self.buffer += 1  # DDP must broadcast buffers that change
         return self.b(self.a(x))
 
 
