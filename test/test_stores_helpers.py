@@ -245,3 +245,29 @@ def test_plugin_backend_counts_as_available(monkeypatch):
     assert dist_backend.backend_is_available("mybackend")
     assert "mybackend" in dist_backend.known_backends()
     assert not dist_backend.backend_is_available("mpi") or dist.is_mpi_available()
+
+
+@pytest.mark.parametrize("make", ["_create_torch_profiler", "_create_autograd_profiler"])
+def test_profiler_helpers_find_the_collective(make, tmp_path, monkeypatch):
+    from distspawn import helpers
+
+    monkeypatch.setattr(helpers.tempfile, "tempdir", str(tmp_path))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with getattr(helpers, make)() as prof:
+            dist.all_reduce(torch.ones(3))
+        names = [event.name for event in helpers.get_profiling_event("gloo:all_reduce", prof)]
+        assert names == ["gloo:all_reduce"]
+        if make == "_create_torch_profiler":
+            assert isinstance(helpers.get_profiler_nccl_meta(prof), list)
+            assert list(tmp_path.glob("distspawn-trace-*")) == []  # the exported trace is removed
+    finally:
+        dist.destroy_process_group()
+
+
+def test_get_timeout_reads_the_override_table():
+    from distspawn import distributed_test
+
+    assert distributed_test.CUSTOMIZED_TIMEOUT is distspawn.TIMEOUT_OVERRIDE
+    assert distspawn.get_timeout("mod.Cls.test_DistributedDataParallel") == 500
+    assert distspawn.get_timeout("mod.Cls.test_other") == distspawn.TIMEOUT_DEFAULT
