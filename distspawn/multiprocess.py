@@ -170,7 +170,7 @@ class MultiProcessTestCase(TestCase):
                 target=worker.child_main,
                 name=f"process {rank}",
                 args=(type(self), rank, test_name, self.file_name, control_child,
-                      results_child, files, os.getpid(), run_kwargs),
+                      results_child, files, os.getpid(), run_kwargs, dict(os.environ)),
             )
             try:
                 process.start()

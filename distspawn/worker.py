@@ -118,8 +118,13 @@ def _die_with_parent(parent_pid: int) -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent_pid:
-        os._exit(1)  # parent died before the request took effect
+    # The kernel watches our direct parent: the test process under spawn and
+    # fork, the server under forkserver (which exits when the test process
+    # does). Either way, the test process must still be there now.
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        os._exit(1)  # it died before the request took effect
 
 
 def _redirect_output(log_path: str) -> None:
@@ -149,10 +154,19 @@ def child_main(
     files: RankFiles,
     parent_pid: int,
     run_kwargs: dict[str, Any],
+    environ: dict[str, str] | None = None,
 ) -> None:
-    """Run one rank of one test; the target of every rank process."""
+    """Run one rank of one test; the target of every rank process.
+
+    ``environ`` is the parent's environment when it started the ranks: a rank
+    forked from a long-lived server would otherwise see the server's, which
+    misses whatever the test's setUp exported (TEMP_DIR, WORLD_SIZE, ...).
+    """
     global _reporter
     _die_with_parent(parent_pid)
+    if environ is not None and environ != os.environ:
+        os.environ.clear()
+        os.environ.update(environ)
     _redirect_output(files.log_path)
     stack_file = _register_stack_dump(files.stack_path)
     _reporter = reporter = ResultReporter(result_conn, rank, test_name)

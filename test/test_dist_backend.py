@@ -106,3 +106,24 @@ def test_entry_file_refuses_bad_env_nonzero(env, expected, temp_dir):
     assert run.returncode == 1
     assert expected in run.output
     assert "Traceback" not in run.output
+
+
+def suite_verdicts(temp_dir, start_method):
+    import json
+
+    env = {**suite_env(temp_dir), "DISTSPAWN_START_METHOD": start_method}
+    run = run_python(["verdicts_json.py", "backend_suite"], env=env)
+    lines = [line for line in run.output.splitlines() if line.startswith("VERDICTS ")]
+    assert lines, run.output
+    assert run.leftover_pids == []
+    return json.loads(lines[-1][len("VERDICTS "):])
+
+
+def test_every_start_method_gives_the_same_verdicts(temp_dir):
+    # forkserver ranks are forked from a long-lived server: they must still see
+    # the TEMP_DIR each test exports, and must not mistake the server for a dead parent.
+    reference = suite_verdicts(temp_dir, "spawn")
+    assert reference["TestSuiteWithBackend.test_all_reduce"] == "pass"
+    assert reference["TestSuiteWithBackend.test_fails_on_rank1"] == "fail"
+    for method in ("fork", "forkserver"):
+        assert suite_verdicts(temp_dir, method) == reference, method
