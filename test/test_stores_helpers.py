@@ -271,3 +271,25 @@ def test_get_timeout_reads_the_override_table():
     assert distributed_test.CUSTOMIZED_TIMEOUT is distspawn.TIMEOUT_OVERRIDE
     assert distspawn.get_timeout("mod.Cls.test_DistributedDataParallel") == 500
     assert distspawn.get_timeout("mod.Cls.test_other") == distspawn.TIMEOUT_DEFAULT
+
+
+def _hang(q):
+    import time as _time
+    _time.sleep(60)
+
+
+def test_completion_queue_times_out_and_wakes_promptly():
+    import time
+
+    context = multiprocessing.get_context("fork")
+    q = context.Queue()
+    proc = context.Process(target=_hang, args=(q,))
+    proc.start()
+    try:
+        started = time.monotonic()
+        outcome = distspawn.retrieve_result_from_completion_queue(proc, q, timeout=1)
+        assert isinstance(outcome, RuntimeError) and "timed out" in str(outcome)
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+        proc.join()
