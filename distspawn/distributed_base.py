@@ -54,6 +54,8 @@ class DistributedTestBase(MultiProcessTestCase):
 
     def setUp(self) -> None:
         super().setUp()
+        # Ranks read WORLD_SIZE; put the caller's value back after the test.
+        self.addCleanup(_restore_env, "WORLD_SIZE", os.environ.get("WORLD_SIZE"))
         os.environ["WORLD_SIZE"] = str(self.world_size)
         self._spawn_processes()
 
