@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import unittest
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -17,6 +16,8 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as c10d
 
+from .environment import restore_environ
+from .helpers import reset_dynamo
 from .multiprocess import MultiProcessTestCase
 from .stores import find_free_port
 from .testcase import TestCase
@@ -33,11 +34,7 @@ def _backend_for(device: Any) -> str:
 
 
 def _reset_compiler_state() -> None:
-    # Nothing to reset unless the test imported dynamo (importing it costs seconds).
-    dynamo = sys.modules.get("torch._dynamo")
-    if dynamo is not None:
-        dynamo.reset()
-        dynamo.utils.counters.clear()
+    reset_dynamo(clear_counters=True)
 
 
 def _accelerator_type() -> str | None:
@@ -55,7 +52,7 @@ class DistributedTestBase(MultiProcessTestCase):
     def setUp(self) -> None:
         super().setUp()
         # Ranks read WORLD_SIZE; put the caller's value back after the test.
-        self.addCleanup(_restore_env, "WORLD_SIZE", os.environ.get("WORLD_SIZE"))
+        self.addCleanup(restore_environ, {"WORLD_SIZE": os.environ.get("WORLD_SIZE")})
         os.environ["WORLD_SIZE"] = str(self.world_size)
         self._spawn_processes()
 
@@ -154,11 +151,7 @@ class DynamoDistributedSingleProcTestCase(TestCase):
     def tearDownClass(cls) -> None:
         if c10d.is_initialized():
             c10d.destroy_process_group()
-        for key, value in cls._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_environ(cls._saved_env)
         super().tearDownClass()
 
     def setUp(self) -> None:
@@ -185,9 +178,8 @@ class DynamoDistributedMultiProcTestCase(DistributedTestBase):
             raise unittest.SkipTest(
                 f"{type(self).__name__} runs one rank per accelerator and "
                 "torch.accelerator found none")
-        saved = os.environ.get("MASTER_PORT")
+        self.addCleanup(restore_environ, {"MASTER_PORT": os.environ.get("MASTER_PORT")})
         os.environ["MASTER_PORT"] = str(find_free_port())
-        self.addCleanup(_restore_env, "MASTER_PORT", saved)
         super().setUp()
 
     @classmethod
@@ -199,10 +191,3 @@ class DynamoDistributedMultiProcTestCase(DistributedTestBase):
         if trace_log is not None:
             trace_log.addHandler(logging.NullHandler())  # keep structured traces quiet
         super()._run(rank, test_name, file_name, parent_pipe, **kwargs)
-
-
-def _restore_env(key: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(key, None)
-    else:
-        os.environ[key] = value

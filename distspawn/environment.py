@@ -104,6 +104,15 @@ def _default_world_size() -> int:
 DEFAULT_WORLD_SIZE: int = _default_world_size()
 
 
+def restore_environ(saved: dict[str, str | None]) -> None:
+    """Put variables back as ``saved`` recorded them (None: it was unset)."""
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def __getattr__(name: str):
     # Device probes stay lazy: touching CUDA at import would make every later
     # fork of this process unsafe.

@@ -107,11 +107,13 @@ def verify_ddp_error_logged(model_DDP: Any, err_substr: str) -> None:
             f"Did not find expected {expected} in ddp logging data error: {data['error']}")
 
 
-def _reset_dynamo() -> None:
-    # Only if a test already brought dynamo in: importing it costs seconds.
+def reset_dynamo(clear_counters: bool = False) -> None:
+    """Reset torch.compile state, if a test already brought dynamo in (importing it costs seconds)."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
         dynamo.reset()
+        if clear_counters:
+            dynamo.utils.counters.clear()
 
 
 def run_subtests(
@@ -130,9 +132,9 @@ def run_subtests(
     for values in itertools.product(*(subtest_config[key] for key in keys)):
         kwargs = dict(zip(keys, values))
         with cls_inst.subTest(**kwargs):
-            _reset_dynamo()
+            reset_dynamo()
             test_fn(*test_args, **test_kwargs, **kwargs)
-            _reset_dynamo()
+            reset_dynamo()
         if c10d.is_available() and c10d.is_initialized():
             c10d.barrier()
 

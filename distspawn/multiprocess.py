@@ -159,6 +159,7 @@ class MultiProcessTestCase(TestCase):
         self.processes = []
         self._rank_processes = []
         self._started_at = time.monotonic()
+        environ = dict(os.environ)
         for rank in range(world_size):
             control_parent, control_child = mp.Pipe()
             results_parent, results_child = mp.Pipe(duplex=False)
@@ -170,7 +171,7 @@ class MultiProcessTestCase(TestCase):
                 target=worker.child_main,
                 name=f"process {rank}",
                 args=(type(self), rank, test_name, self.file_name, control_child,
-                      results_child, files, os.getpid(), run_kwargs, dict(os.environ)),
+                      results_child, files, os.getpid(), run_kwargs, environ),
             )
             try:
                 process.start()

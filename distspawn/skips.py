@@ -72,9 +72,7 @@ def skip_rank(test_skip: TestSkip, args: Sequence[Any] = ()) -> NoReturn | None:
     ``args`` are the decorated call's arguments: a test instance with a
     ``_handle_test_skip`` hook (as upstream's DTensor bases have) handles it.
     """
-    handler = getattr(args[0], "_handle_test_skip", None) if args else None
-    if handler is not None:
-        handler(test_skip.message)
+    if _maybe_handle_skip_if_lt_x_gpu(args, test_skip.message):
         return None
     if worker.in_rank_process():
         worker.report_skip(test_skip.message)

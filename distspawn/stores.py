@@ -63,7 +63,8 @@ def retry_on_connect_failures(
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        for attempt in range(1, CONNECT_RETRIES + 1):
+        attempt = 1
+        while True:
             try:
                 return func(*args, **kwargs)
             except RuntimeError as error:
@@ -73,8 +74,8 @@ def retry_on_connect_failures(
                     raise RuntimeError(
                         f"Failing after {CONNECT_RETRIES} retries with error: {error}"
                     ) from error
-                time.sleep(random.random())  # spread out processes racing for ports
-        raise AssertionError("unreachable")
+            attempt += 1
+            time.sleep(random.random())  # spread out processes racing for ports
 
     return wrapper
 

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import torch.distributed as dist
 
-from .environment import FILE_SCHEMA
+from .environment import FILE_SCHEMA, restore_environ
 
 # The live directory, or None. Module state, as upstream has it (tests read it).
 tmp_dir: tempfile.TemporaryDirectory | None = None
@@ -53,11 +53,7 @@ def cleanup_temp_dir() -> None:
         tmp_dir.cleanup()
         tmp_dir = None
     if _saved_env is not None:
-        for key, value in _saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        restore_environ(_saved_env)
         _saved_env = None
 
 

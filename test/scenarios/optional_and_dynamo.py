@@ -8,12 +8,12 @@ from distspawn import (
     DynamoDistributedMultiProcTestCase,
     DynamoDistributedSingleProcTestCase,
     HAS_TORCHVISION,
-    MultiProcessTestCase,
     TestCase,
     run_tests,
     skipIfNoTorchVision,
 )
 from distspawn.compat import _dynamo_dist_per_rank_init
+from two_ranks import TwoRankTestCase
 
 
 class VisionTest(TestCase):
@@ -37,15 +37,7 @@ class MultiProc(DynamoDistributedMultiProcTestCase):
         pass
 
 
-class PerRankInit(MultiProcessTestCase):
-    @property
-    def world_size(self):
-        return 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class PerRankInit(TwoRankTestCase):
     def test_per_rank_init(self):
         with _dynamo_dist_per_rank_init(self.rank, self.world_size):
             self.assertEqual(dist.get_world_size(), 2)
