@@ -118,6 +118,8 @@ from .skips import (
     with_nccl_blocking_wait,
 )
 from .testcase import TestCase, run_tests, set_rng_seed
+from .threaded import MultiThreadedTestCase, spawn_threads_and_init_comms
+from .threaded_pg import threaded_world
 
 __version__ = "0.1.0"
 

@@ -28,7 +28,8 @@ class RankOutcome:
     exit_code: int | None = None  # None: still running when the wait ended
     timed_out: bool = False
     ended_by_harness: bool = False  # ended by us because the verdict was already known
-    stack: str | None = None  # all threads' stacks, taken at the deadline
+    stack: str | None = None  # its stack(s), taken at the deadline
+    stack_scope: str = "all threads"  # whose stacks ``stack`` holds
     output_tail: list[str] = field(default_factory=list)
     legacy_error: str | None = None  # traceback sent upstream's way, over the control pipe
     reached_worker: bool = True  # False: it died while Python started, before our code ran
@@ -129,7 +130,7 @@ def _describe_rank(outcome: RankOutcome, problem: str) -> str:
         lines.append(_indent(details.rstrip()))
     if outcome.timed_out:
         if outcome.stack:
-            lines.append("  its stack at the deadline (all threads):")
+            lines.append(f"  its stack at the deadline ({outcome.stack_scope}):")
             lines.append(_indent(outcome.stack.rstrip(), "    "))
         else:
             lines.append("  (it did not answer the stack request)")

@@ -1,0 +1,451 @@
+"""MultiThreadedTestCase and spawn_threads_and_init_comms: ranks as threads.
+
+The TestCase glue over ``threaded_pg`` (the backend and its sessions) and
+``verdict`` (the same pass / fail / skip rules as for rank processes). Each
+test gets a fresh :class:`~distspawn.threaded_pg.ThreadedSession`; every rank
+thread runs inside :func:`_rank_thread_main`, which records how the rank ended
+on that session, so a result can never be attributed to another test.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+import types
+import unittest
+from dataclasses import dataclass, field
+from functools import partial, wraps
+from typing import Any, Callable
+
+import torch.distributed as c10d
+
+from . import threaded_pg
+from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, TIMEOUT_DEFAULT, get_timeout
+from .multiprocess import validate_world_size
+from .protocol import RankReport, ReportStatus
+from .skips import SKIP_MESSAGE_BY_EXIT_CODE
+from .testcase import TestCase
+from .threaded_pg import PeerFailed, ThreadedSession
+from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
+from .worker import exit_code_of, format_user_exception
+
+__all__ = ["MultiThreadedTestCase", "spawn_threads_and_init_comms"]
+
+logger = logging.getLogger(__name__)
+
+# After a rank failed, how long the others get to stop before the verdict.
+STOP_GRACE_S = 2.0
+
+
+class RankTimedOut(TimeoutError):
+    """A rank thread was still running at the test's deadline."""
+
+    def __init__(self, rank: int, timeout: float, stack: str) -> None:
+        super().__init__(f"rank {rank} did not finish within {timeout:g} s")
+        self.stack = stack
+
+
+@dataclass
+class _SessionRecord:
+    """What the rank threads of one session reported, in the order they did."""
+
+    failures: list = field(default_factory=list)  # (rank, exc_info)
+    finished: "queue.Queue[int]" = field(default_factory=queue.Queue)
+    decisive: bool = False
+
+
+_records: dict[int, _SessionRecord] = {}
+_context = threading.local()
+
+
+def _record_of(session: ThreadedSession) -> _SessionRecord:
+    return _records.setdefault(id(session), _SessionRecord())
+
+
+def _is_decisive(exc: BaseException) -> bool:
+    """Whether this exception alone fails the test (so the other ranks may stop)."""
+    if isinstance(exc, (unittest.SkipTest, PeerFailed)):
+        return False
+    if isinstance(exc, SystemExit):
+        code = exit_code_of(exc)
+        return code != 0 and code not in SKIP_MESSAGE_BY_EXIT_CODE
+    return True
+
+
+def record_rank_failure(rank: int, exc_info) -> None:
+    """Note that ``rank`` ended with ``exc_info`` in the running session."""
+    session = getattr(_context, "session", None) or threaded_pg.active_session()
+    if session is None:
+        MultiThreadedTestCase.exception_queue.put((rank, exc_info))
+        return
+    record = _record_of(session)
+    record.failures.append((rank, exc_info))
+    if _is_decisive(exc_info[1]):
+        record.decisive = True
+        session.stop(f"rank {rank} raised {type(exc_info[1]).__name__}")
+
+
+def _rank_thread_main(session: ThreadedSession, rank: int, body: Callable[[], None]) -> None:
+    try:
+        _run_rank(session, rank, body)
+    except PeerFailed:
+        pass  # an interrupt that landed after the rank had already reported
+
+
+def _run_rank(session: ThreadedSession, rank: int, body: Callable[[], None]) -> None:
+    _context.session, _context.rank = session, rank
+    how = "passed"
+    try:
+        body()
+    except BaseException as exc:  # noqa: BLE001 - every way a rank ends is a result
+        how = f"raised {type(exc).__name__}"
+        record_rank_failure(rank, sys.exc_info())
+    finally:
+        _context.session = _context.rank = None
+        failures = [e for r, (_, e, _) in _record_of(session).failures if r == rank]
+        if failures and how == "passed":
+            how = ("skipped" if isinstance(failures[-1], unittest.SkipTest)
+                   else f"raised {type(failures[-1]).__name__}")
+        session.rank_finished(rank, how)
+        _record_of(session).finished.put(rank)
+
+
+def _start_rank_threads(session: ThreadedSession, world_size: int,
+                        body: Callable[[int], None], label: str) -> list[threading.Thread]:
+    threads = []
+    for rank in range(world_size):
+        thread = threading.Thread(
+            target=_rank_thread_main, args=(session, rank, partial(body, rank)),
+            name=f"{label} rank {rank}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    """Raise PeerFailed inside ``thread`` at its next Python instruction (once)."""
+    if thread.ident is None or not thread.is_alive() or getattr(thread, "_ds_stopped", False):
+        return
+    thread._ds_stopped = True
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(PeerFailed))
+
+
+_HIDDEN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, threading.__file__)
+
+
+def _stack_of(thread: threading.Thread) -> str:
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None:
+        return "(no stack: the thread ended)"
+    frames = traceback.extract_stack(frame)
+    kept = [f for f in frames if not f.filename.startswith(_HIDDEN_FILES)]
+    return "".join(traceback.format_list(kept or frames))
+
+
+def _wait_for_ranks(session: ThreadedSession, threads: list[threading.Thread]) -> list:
+    """Wait for the rank threads under one deadline; return (rank, exc_info) failures."""
+    record = _record_of(session)
+    timeout = session.timeout
+    deadline = session.deadline
+    stop_by = None
+    running = {rank for rank, t in enumerate(threads)}
+    while running:
+        limit = deadline if stop_by is None else min(deadline, stop_by)
+        try:
+            running.discard(record.finished.get(timeout=max(0.0, limit - time.monotonic())))
+        except queue.Empty:
+            break
+        if record.decisive and stop_by is None:
+            # The verdict is known: stop the others rather than wait for them.
+            stop_by = time.monotonic() + STOP_GRACE_S
+            for rank in running:
+                _interrupt(threads[rank])
+    failures = list(record.failures)
+    if running:
+        at_deadline = stop_by is None or time.monotonic() >= deadline
+        if at_deadline:
+            # Ranks blocked in a collective report their own timeout; give them a moment.
+            grace_end = time.monotonic() + 1.0
+            while running and time.monotonic() < grace_end:
+                try:
+                    running.discard(record.finished.get(
+                        timeout=max(0.0, grace_end - time.monotonic())))
+                except queue.Empty:
+                    break
+            failures = list(record.failures)
+            session.stop("the test's deadline passed")
+        for rank in sorted(running):
+            thread = threads[rank]
+            if at_deadline:
+                error = RankTimedOut(rank, timeout, _stack_of(thread))
+                failures.append((rank, (RankTimedOut, error, None)))
+            else:
+                failures.append((rank, (PeerFailed, PeerFailed("still running"), None)))
+            _interrupt(thread)
+    return failures
+
+
+def _outcomes(failures: list, world_size: int) -> list[RankOutcome]:
+    outcomes = {rank: RankOutcome(rank, report=RankReport(rank, "", ReportStatus.PASSED),
+                                  exit_code=0)
+                for rank in range(world_size)}
+    for rank, exc_info in failures:
+        exc = exc_info[1]
+        outcome = outcomes.setdefault(rank, RankOutcome(rank))
+        if outcome.status is ReportStatus.FAILED:
+            continue  # the first real failure of a rank is the one to show
+        if isinstance(exc, RankTimedOut):
+            outcome.timed_out, outcome.stack, outcome.exit_code = True, exc.stack, None
+            outcome.stack_scope = "its thread"
+            outcome.report = None
+        elif isinstance(exc, PeerFailed):
+            outcome.ended_by_harness, outcome.report, outcome.exit_code = True, None, None
+        elif isinstance(exc, unittest.SkipTest):
+            outcome.report = RankReport(rank, "", ReportStatus.SKIPPED, reason=str(exc))
+            outcome.exit_code = 0
+        elif isinstance(exc, SystemExit):
+            code = exit_code_of(exc)
+            outcome.report = RankReport(rank, "", ReportStatus.EXITED, exit_code=code)
+            outcome.exit_code = code
+        else:
+            outcome.report = RankReport(rank, "", ReportStatus.FAILED,
+                                        traceback=_format(exc_info))
+            outcome.exit_code = 1
+    return [outcomes[r] for r in sorted(outcomes)]
+
+
+def _format(exc_info) -> str:
+    try:
+        raise exc_info[1].with_traceback(exc_info[2])
+    except BaseException:  # noqa: BLE001 - re-raised only to format it
+        return format_user_exception()
+
+
+class MultiThreadedTestCase(TestCase):
+    """Runs every test method on ``world_size`` threads of this process.
+
+    Each thread is one rank of a ``threaded`` process group, initialised
+    before the test body runs and destroyed after it. ``setUp`` and
+    ``tearDown`` run once, in the main thread (``rank == MAIN_THREAD_RANK``);
+    ``perThreadSetUp`` / ``perThreadTearDown`` run in each rank thread. A
+    subclass's ``setUp`` must call ``self._spawn_threads()``.
+
+    Verdicts follow the same rules as for rank processes; a collective that
+    cannot complete fails the test with each rank's pending call instead of
+    hanging. Threads share one process: ``os.environ``, global torch flags and
+    module state are shared between ranks; the c10d world is per thread.
+    """
+
+    exception_queue: "queue.Queue" = queue.Queue()  # upstream's; kept for overrides
+    MAIN_THREAD_RANK = -1
+    lenient_skips: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return DEFAULT_WORLD_SIZE
+
+    @property
+    def _current_test_name(self) -> str:
+        return self.id().split(".")[-1]
+
+    def join_or_run(self, fn: Callable) -> Callable:
+        @wraps(fn)
+        def wrapper(self):
+            rank = getattr(self, "rank", None)
+            if rank is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}.setUp did not call super().setUp(): the test "
+                    "does not know whether it is the main thread or a rank")
+            if rank == self.MAIN_THREAD_RANK:
+                self._join_threads(self.threads, fn)
+            else:
+                fn()
+
+        return types.MethodType(wrapper, self)
+
+    def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
+        if methodName != "runTest":
+            method_name = methodName
+        super().__init__(method_name)
+        try:
+            fn = getattr(self, method_name)
+        except AttributeError:
+            return  # a bare instance with no test method, as unittest allows
+        setattr(self, method_name, self.join_or_run(fn))
+
+    def perThreadSetUp(self) -> None:  # noqa: N802 - upstream's name
+        """Runs in each rank thread after its process group is initialised."""
+
+    def perThreadTearDown(self) -> None:  # noqa: N802 - upstream's name
+        """Runs in each rank thread after its process group is destroyed."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.rank = self.MAIN_THREAD_RANK
+        self.threads: list[threading.Thread] = []
+        previous = os.environ.get("TORCH_SHOW_CPP_STACKTRACES")
+        os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
+        self.addCleanup(_restore_env, "TORCH_SHOW_CPP_STACKTRACES", previous)
+
+    def tearDown(self) -> None:
+        super().tearDown()
+        self.threads = []
+
+    def _spawn_threads(self) -> None:
+        """Start the rank threads for the current test (call from setUp)."""
+        world_size = validate_world_size(self.world_size, f"{type(self).__name__}.world_size")
+        missing = threaded_pg.missing_threaded_hooks()
+        if missing:
+            raise unittest.SkipTest(
+                "the threaded backend needs private torch hooks that this torch lacks: "
+                + ", ".join(missing))
+        session = ThreadedSession(world_size, float(get_timeout(self.id())))
+        threaded_pg.install(session)
+        self.addCleanup(_end_session, session, self.threads)
+        type(self).global_store = c10d.HashStore()
+        test_name = self._current_test_name
+        cls = type(self)
+        self.threads.extend(_start_rank_threads(
+            session, world_size, lambda rank: cls._run(test_name, rank, world_size),
+            f"{cls.__name__}.{test_name}"))
+
+    @classmethod
+    def _run(cls, test_name: str, rank: int, world_size: int, **kwargs: Any) -> None:
+        self = cls(test_name)
+        self.rank = rank
+        self.run_test_with_threaded_pg(test_name, rank, world_size)
+
+    def run_test_with_threaded_pg(self, test_name: str, rank: int, world_size: int) -> None:
+        """Run ``test_name`` as ``rank`` on a fresh threaded process group."""
+        c10d.init_process_group(backend="threaded", rank=rank, world_size=world_size,
+                                store=type(self).global_store)
+        try:
+            self.perThreadSetUp()
+            getattr(self, test_name)()
+        except BaseException:  # noqa: BLE001 - every way a rank ends is a result
+            record_rank_failure(rank, sys.exc_info())
+        finally:
+            if c10d.is_initialized():
+                c10d.destroy_process_group()
+            self.perThreadTearDown()
+
+    @classmethod
+    def _join_threads(cls, threads: list[threading.Thread], fn: Callable) -> None:
+        session = threaded_pg.active_session()
+        if session is None:
+            raise RuntimeError("no threaded world is running: call self._spawn_threads() "
+                               "in setUp, after super().setUp()")
+        try:
+            failures = _wait_for_ranks(session, threads)
+        finally:
+            _end_session(session, threads)
+        while not cls.exception_queue.empty():  # upstream-style overrides put here
+            failures.append(cls.exception_queue.get())
+        cls._check_return_codes(failures, session.timeout, fn, world_size=len(threads))
+
+    @classmethod
+    def _check_return_codes(cls, failed_ranks: list, timeout: float, fn: Callable,
+                            world_size: int | None = None) -> None:
+        """Raise on a failing or skipped test, from each rank's (rank, exc_info)."""
+        __tracebackhide__ = True
+        if world_size is None:
+            world_size = max([rank for rank, _ in failed_ranks], default=-1) + 1
+        policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
+        verdict = decide_verdict(_outcomes(failed_ranks, world_size), policy)
+        if verdict.kind is VerdictKind.SKIP:
+            raise unittest.SkipTest(verdict.message)
+        if verdict.kind is VerdictKind.PASS:
+            if verdict.message:
+                logger.info("%s skipped on sandcastle: %s", fn, verdict.message)
+            return
+        name = getattr(fn, "__qualname__", getattr(fn, "__name__", str(fn)))
+        header = f"{name} failed on the threaded backend"
+        if any(isinstance(e, RankTimedOut) for _, (_, e, _) in failed_ranks):
+            header += f" (deadline {timeout:g} s)"
+        raise cls.failureException(f"{header}\n{verdict.message}")
+
+    def assertEqualOnRank(self, x: Any, y: Any, msg: Any = None, *, rank: int = 0) -> None:  # noqa: N802
+        """``assertEqual`` checked on ``rank`` only."""
+        if self.rank == rank:
+            self.assertEqual(x, y, msg)
+
+    def assertNotEqualOnRank(self, x: Any, y: Any, msg: Any = None, *,  # noqa: N802
+                             rank: int = 0) -> None:
+        """``assertNotEqual`` checked on ``rank`` only."""
+        if self.rank == rank:
+            self.assertNotEqual(x, y, msg)
+
+
+def _restore_env(name: str, previous: str | None) -> None:
+    if previous is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = previous
+
+
+def _end_session(session: ThreadedSession, threads: list[threading.Thread]) -> None:
+    session.stop("the test ended")
+    for rank, thread in enumerate(threads):
+        if not session.has_finished(rank):
+            _interrupt(thread)
+    # Interrupted threads usually end within moments; do not leave them to the next test.
+    give_up = time.monotonic() + STOP_GRACE_S
+    for thread in threads:
+        thread.join(max(0.0, give_up - time.monotonic()))
+    threaded_pg.uninstall(session)
+    _records.pop(id(session), None)
+
+
+def spawn_threads_and_init_comms(func: Callable | None = None,
+                                 timeout: float = TIMEOUT_DEFAULT,
+                                 world_size: int = DEFAULT_WORLD_SIZE) -> Callable:
+    """Decorate a test method to run on ``world_size`` rank threads.
+
+    Usable bare (``@spawn_threads_and_init_comms``) or with arguments
+    (``@spawn_threads_and_init_comms(world_size=2, timeout=10)``). Each thread
+    initialises a ``threaded`` process group, runs the method, and destroys
+    the group; the whole run ends by ``timeout`` seconds.
+    """
+    world_size = validate_world_size(world_size, "spawn_threads_and_init_comms(world_size=...)")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError("spawn_threads_and_init_comms(timeout=...) must be a positive "
+                         f"number of seconds, got {timeout!r}")
+    if func is None:
+        return partial(spawn_threads_and_init_comms, timeout=timeout, world_size=world_size)
+
+    @wraps(func)
+    def wrapper(self, *args, **kwargs):
+        missing = threaded_pg.missing_threaded_hooks()
+        if missing:
+            raise unittest.SkipTest(
+                "the threaded backend needs private torch hooks that this torch lacks: "
+                + ", ".join(missing))
+        session = ThreadedSession(world_size, float(timeout))
+        threaded_pg.install(session)
+        store = c10d.HashStore()
+
+        def body(rank: int) -> None:
+            c10d.init_process_group("threaded", rank=rank, world_size=world_size,
+                                    store=store)
+            try:
+                func(self, *args, **kwargs)
+            finally:
+                if c10d.is_initialized():
+                    c10d.destroy_process_group()
+
+        threads: list[threading.Thread] = []
+        try:
+            threads = _start_rank_threads(session, world_size, body, func.__qualname__)
+        except BaseException:
+            _end_session(session, threads)
+            raise
+        MultiThreadedTestCase._join_threads(threads, func)
+
+    return wrapper
