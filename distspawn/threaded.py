@@ -31,7 +31,7 @@ from .multiprocess import validate_world_size
 from .protocol import RankReport, ReportStatus
 from .skips import SKIP_MESSAGE_BY_EXIT_CODE
 from .testcase import TestCase
-from .threaded_pg import PeerFailed, ThreadedSession
+from .threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
 from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
 from .worker import exit_code_of, format_user_exception
 
@@ -70,8 +70,8 @@ def _record_of(session: ThreadedSession) -> _SessionRecord:
 
 def _is_decisive(exc: BaseException) -> bool:
     """Whether this exception alone fails the test (so the other ranks may stop)."""
-    if isinstance(exc, (unittest.SkipTest, PeerFailed)):
-        return False
+    if isinstance(exc, (unittest.SkipTest, PeerFailed, DeadlineReached)):
+        return False  # DeadlineReached: the harness's own deadline names the stuck ranks
     if isinstance(exc, SystemExit):
         code = exit_code_of(exc)
         return code != 0 and code not in SKIP_MESSAGE_BY_EXIT_CODE

@@ -39,6 +39,7 @@ __all__ = [
     "CollectiveDeadlockError",
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
+    "DeadlineReached",
     "PeerFailed",
     "ThreadedBackendError",
     "ThreadedProcessGroup",
@@ -67,6 +68,10 @@ class CollectiveDeadlockError(ThreadedBackendError):
 
 class CollectiveTimeoutError(TimeoutError):
     """A wait reached the test's deadline."""
+
+
+class DeadlineReached(CollectiveTimeoutError):
+    """A wait reached the session's deadline (the harness reports the stuck ranks)."""
 
 
 class PeerFailed(BaseException):
@@ -332,7 +337,7 @@ class ThreadedSession:
                 while not pending.done:
                     now = time.monotonic()
                     if self.deadline is not None and now >= self.deadline:
-                        raise CollectiveTimeoutError(
+                        raise DeadlineReached(
                             f"rank {rank}: {pending.description} on {pending.group.label()} "
                             f"did not complete before the test's deadline "
                             f"({self.timeout:g} s): {pending.waiting_for()}")

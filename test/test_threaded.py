@@ -1,0 +1,231 @@
+"""MultiThreadedTestCase and spawn_threads_and_init_comms: verdicts and messages.
+
+scenarios/threaded_faults.py holds one test per case and runs once, in a
+subprocess, with a 4 s deadline; each test here reads its case from that run.
+"""
+
+import re
+import threading
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from distspawn import MultiThreadedTestCase, threaded_world
+from distspawn.threaded_pg import CollectiveTimeoutError, active_session
+from harness import run_python
+
+
+@pytest.fixture(scope="module")
+def faults():
+    return run_python(["threaded_faults.py", "-v"],
+                      env={"DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "4"}, timeout=120)
+
+
+def _run_seconds(run):
+    return float(re.search(r"Ran \d+ tests in ([\d.]+)s", run.output).group(1))
+
+
+def test_run_fails_overall_and_leaves_nothing(faults):
+    assert faults.returncode == 1, faults.output
+    assert faults.leftover_files == []
+    assert faults.leftover_pids == []
+    # 21 tests, two of them wait for a deadline (4 s and 2 s): nothing else may wait.
+    assert _run_seconds(faults) < 30, faults.output
+
+
+def test_pass(faults):
+    assert faults.verdict_line("test_pass").endswith("... ok")
+
+
+def test_exception_names_rank_and_traceback(faults):
+    report = faults.report("test_exception_on_rank1")
+    assert "1 of 4 ranks failed (rank 1)" in report
+    assert "rank 1: raised an exception" in report
+    assert "ValueError: boom on rank 1" in report
+    assert 'threaded_faults.py", line' in report
+    assert "ranks 0, 2, 3: still running when the failure was known; ended by distspawn" in report
+
+
+def test_exception_stops_busy_peers(faults):
+    # The other ranks loop forever; the verdict must not wait for the deadline.
+    report = faults.report("test_exception_while_peers_compute")
+    assert "RuntimeError: rank 0 broke while the others compute" in report
+    assert "(deadline" not in report
+    assert "ranks 1, 2, 3: still running when the failure was known" in report
+
+
+@pytest.mark.parametrize("test, lines", [
+    ("test_shape_mismatch", ["rank 0: all_reduce(op=SUM, [float32[4]])",
+                             "rank 2: all_reduce(op=SUM, [float32[5]])"]),
+    ("test_op_mismatch", ["rank 0: all_reduce(op=SUM, [float32[2]])",
+                          "rank 3: all_reduce(op=MAX, [float32[2]])"]),
+    ("test_collective_mismatch", ["rank 0: all_reduce(op=SUM, [float32[2]])",
+                                  "rank 1: broadcast(src=0, [float32[2]])"]),
+])
+def test_mismatch_lists_every_ranks_call(faults, test, lines):
+    report = faults.report(test)
+    assert "CollectiveMismatchError: collective mismatch on group" in report
+    assert "collective #1 on that group: the ranks' calls differ" in report
+    for line in lines:
+        assert line in report
+
+
+def test_group_mismatch_is_a_deadlock_naming_both_groups(faults):
+    report = faults.report("test_group_mismatch")
+    assert "CollectiveDeadlockError: deadlock" in report
+    assert re.search(r"rank 0: waiting in all_reduce\(op=SUM, \[float32\[1\]\]\) on group "
+                     r"'\w+' \(ranks 0, 1\): rank 1 not there yet", report)
+    assert re.search(r"rank 1: waiting in all_reduce\(op=SUM, \[float32\[1\]\]\) on group "
+                     r"'\w+' \(ranks 1, 2\): rank 2 not there yet", report)
+    assert "rank 3: finished its test (passed)" in report
+
+
+def test_rank_that_never_calls_fails_at_once(faults):
+    report = faults.report("test_rank_skips_collective")
+    assert "deadlock" in report
+    assert "rank 1: finished its test (passed)" in report
+    assert "rank 1 not there yet" in report
+    assert "(deadline" not in report
+
+
+def test_send_send_deadlock(faults):
+    report = faults.report("test_send_send_deadlock")
+    assert "rank 0: waiting in send(to rank 1, tag=0, float32[1])" in report
+    assert "rank 1: waiting in send(to rank 0, tag=0, float32[1])" in report
+    assert "has not posted the matching recv" in report
+
+
+def test_stuck_rank_fails_at_the_deadline_with_its_stack(faults):
+    report = faults.report("test_stuck_rank")
+    assert "(deadline 4 s)" in report
+    assert "rank 1: did not finish before the deadline" in report
+    assert "its stack at the deadline (its thread)" in report
+    assert "time.sleep(0.02)" in report
+    assert "DeadlineReached: rank 0: all_reduce(op=SUM, [float32[1]])" in report
+    assert "did not complete before the test's deadline (4 s): rank 1 not there yet" in report
+
+
+def test_skip_on_all_ranks_keeps_the_reason(faults):
+    assert faults.verdict_line("test_skip_on_all").endswith(
+        "skipped 'nothing to see on any rank'")
+
+
+def test_skip_on_some_ranks_fails_and_says_who(faults):
+    report = faults.report("test_skip_on_some")
+    assert "ranks disagree: 2 of 4 ranks skipped while ranks 0, 2 ran the test" in report
+    assert "rank 1 skipped: odd ranks skip" in report
+
+
+def test_sys_exit_with_a_skip_code_skips(faults):
+    assert faults.verdict_line("test_exit_with_skip_code").endswith(
+        "skipped 'Need at least 2 CUDA devices'")
+
+
+def test_sys_exit_nonzero_fails(faults):
+    assert "rank 2: called sys.exit(3)" in faults.report("test_exit_nonzero")
+
+
+def test_assert_on_rank_honours_msg(faults):
+    assert "rank zero has its own opinion" in faults.report("test_assert_equal_on_rank_msg")
+    report = faults.report("test_assert_not_equal_on_rank_msg")
+    assert "ones should differ here" in report
+    assert "1 of 4 ranks failed (rank 2)" in report
+
+
+def test_collective_errors_reach_every_rank(faults):
+    assert faults.verdict_line("test_errors_reach_every_rank").endswith("... ok")
+
+
+def test_decorator_bare_and_with_arguments(faults):
+    assert faults.verdict_line("test_bare").endswith("... ok")
+    assert faults.verdict_line("test_world_size_2").endswith("... ok")
+    report = faults.report("test_failure")
+    assert "1 of 2 ranks failed (rank 1)" in report
+    assert "only rank 0 is rank 0" in report
+
+
+def test_decorator_timeout_is_honoured(faults):
+    report = faults.report("test_timeout_honoured")
+    assert "(deadline 2 s)" in report
+    assert "rank 2: did not finish before the deadline" in report
+
+
+def test_no_thread_outlives_100_tests():
+    run = run_python(["threaded_many.py"], timeout=120)
+    assert "COUNTS run=100 failures=10 errors=0" in run.output, run.output
+    assert "ALIVE 0 []" in run.output, run.output
+
+
+def test_missing_private_hook_skips_naming_it():
+    run = run_python(["threaded_missing_hook.py", "-v"], timeout=60)
+    assert run.returncode == 0, run.output
+    expected = ("skipped 'the threaded backend needs private torch hooks that this torch "
+                "lacks: torch._C._distributed_c10d._set_thread_isolation_mode'")
+    assert run.verdict_line("test_anything").endswith(expected)
+    assert run.verdict_line("test_decorated").endswith(expected)
+
+
+# -- in-process checks of the upstream surface ---------------------------------
+
+def test_upstream_surface():
+    assert MultiThreadedTestCase.MAIN_THREAD_RANK == -1
+    assert hasattr(MultiThreadedTestCase, "exception_queue")
+    for name in ("_spawn_threads", "_run", "run_test_with_threaded_pg", "_join_threads",
+                 "_check_return_codes", "perThreadSetUp", "perThreadTearDown",
+                 "assertEqualOnRank", "assertNotEqualOnRank"):
+        assert callable(getattr(MultiThreadedTestCase, name)), name
+
+
+def test_check_return_codes_accepts_upstreams_call():
+    def fn():
+        pass
+
+    # Upstream calls it with (failed_ranks, timeout, fn): no failures is a pass.
+    MultiThreadedTestCase._check_return_codes([], 10, fn)
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        import sys
+        failure = (1, sys.exc_info())
+    with pytest.raises(AssertionError, match="rank 1: raised an exception"):
+        MultiThreadedTestCase._check_return_codes([failure], 10, fn)
+
+
+def test_world_is_restored_after_a_threaded_world():
+    before = dist.distributed_c10d._world
+    with threaded_world(2, timeout=5):
+        assert dist.distributed_c10d._world is not before
+        assert active_session() is not None
+    assert dist.distributed_c10d._world is before
+    assert active_session() is None
+    assert not dist.is_initialized()
+
+
+def test_work_wait_with_its_own_timeout():
+    errors = []
+    with threaded_world(2, timeout=30):
+        store = dist.HashStore()
+
+        def rank_main(rank):
+            dist.init_process_group("threaded", rank=rank, world_size=2, store=store)
+            try:
+                if rank == 0:
+                    work = dist.all_reduce(torch.ones(1), async_op=True)
+                    try:
+                        work.wait(timeout=timedelta(seconds=0.2))
+                    except CollectiveTimeoutError as exc:
+                        errors.append(str(exc))
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(type(exc).__name__)
+            finally:
+                dist.destroy_process_group()
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert errors and "timed out after 0.2 s" in errors[0], errors
