@@ -27,9 +27,22 @@ __all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
 def set_rng_seed(seed: int | None = None) -> None:
     """Seed torch, random and numpy (default: upstream's seed, 1234)."""
     seed = SEED if seed is None else seed
-    torch.manual_seed(seed)
+    if _has_accelerator():
+        torch.manual_seed(seed)
+    else:
+        # torch.manual_seed would also queue seeding for every lazily initialised
+        # device module, recording a stack each time (about 1 ms); with no
+        # accelerator, the CPU generator is all there is to seed.
+        torch.default_generator.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
+
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return accelerator.is_available()
+    return torch.cuda.is_available() or torch.backends.mps.is_available()
 
 
 _NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)

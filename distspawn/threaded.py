@@ -53,11 +53,38 @@ class RankTimedOut(TimeoutError):
 
 @dataclass
 class _SessionRecord:
-    """What the rank threads of one session reported, in the order they did."""
+    """What the rank threads of one session reported, in the order they did.
 
+    The main thread sleeps on ``changed`` until every rank finished or one
+    failed decisively; ranks notify only then, so it wakes once per test.
+    """
+
+    world_size: int
     failures: list = field(default_factory=list)  # (rank, exc_info)
-    finished: "queue.Queue[int]" = field(default_factory=queue.Queue)
+    finished: set = field(default_factory=set)
     decisive: bool = False
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def note_failure(self, rank: int, exc_info, decisive: bool) -> None:
+        with self.changed:
+            self.failures.append((rank, exc_info))
+            if decisive:
+                self.decisive = True
+                self.changed.notify_all()
+
+    def note_finished(self, rank: int) -> None:
+        with self.changed:
+            self.finished.add(rank)
+            if len(self.finished) >= self.world_size:
+                self.changed.notify_all()
+
+    def running(self) -> list[int]:
+        with self.changed:
+            return [r for r in range(self.world_size) if r not in self.finished]
+
+    def wait(self, until: float, predicate: Callable[[], bool]) -> None:
+        with self.changed:
+            self.changed.wait_for(predicate, max(0.0, until - time.monotonic()))
 
 
 _records: dict[int, _SessionRecord] = {}
@@ -65,7 +92,10 @@ _context = threading.local()
 
 
 def _record_of(session: ThreadedSession) -> _SessionRecord:
-    return _records.setdefault(id(session), _SessionRecord())
+    record = _records.get(id(session))
+    if record is None:
+        record = _records.setdefault(id(session), _SessionRecord(session.world_size))
+    return record
 
 
 def _is_decisive(exc: BaseException) -> bool:
@@ -84,15 +114,16 @@ def record_rank_failure(rank: int, exc_info) -> None:
     if session is None:
         MultiThreadedTestCase.exception_queue.put((rank, exc_info))
         return
-    record = _record_of(session)
-    record.failures.append((rank, exc_info))
-    if _is_decisive(exc_info[1]):
-        record.decisive = True
+    decisive = _is_decisive(exc_info[1])
+    if decisive:
         session.stop(f"rank {rank} raised {type(exc_info[1]).__name__}")
+    _record_of(session).note_failure(rank, exc_info, decisive)
 
 
-def _rank_thread_main(session: ThreadedSession, rank: int, body: Callable[[], None]) -> None:
+def _rank_thread_main(session: ThreadedSession, rank: int, body: Callable[[], None],
+                      go: threading.Event) -> None:
     try:
+        go.wait()
         _run_rank(session, rank, body)
     except PeerFailed:
         pass  # an interrupt that landed after the rank had already reported
@@ -113,18 +144,24 @@ def _run_rank(session: ThreadedSession, rank: int, body: Callable[[], None]) -> 
             how = ("skipped" if isinstance(failures[-1], unittest.SkipTest)
                    else f"raised {type(failures[-1]).__name__}")
         session.rank_finished(rank, how)
-        _record_of(session).finished.put(rank)
+        _record_of(session).note_finished(rank)
 
 
 def _start_rank_threads(session: ThreadedSession, world_size: int,
                         body: Callable[[int], None], label: str) -> list[threading.Thread]:
+    # Ranks wait for ``go`` so that starting the next thread does not compete for
+    # the GIL with ranks already running their test.
+    go = threading.Event()
     threads = []
-    for rank in range(world_size):
-        thread = threading.Thread(
-            target=_rank_thread_main, args=(session, rank, partial(body, rank)),
-            name=f"{label} rank {rank}", daemon=True)
-        thread.start()
-        threads.append(thread)
+    try:
+        for rank in range(world_size):
+            thread = threading.Thread(
+                target=_rank_thread_main, args=(session, rank, partial(body, rank), go),
+                name=f"{label} rank {rank}", daemon=True)
+            thread.start()
+            threads.append(thread)
+    finally:
+        go.set()
     return threads
 
 
@@ -152,43 +189,28 @@ def _stack_of(thread: threading.Thread) -> str:
 def _wait_for_ranks(session: ThreadedSession, threads: list[threading.Thread]) -> list:
     """Wait for the rank threads under one deadline; return (rank, exc_info) failures."""
     record = _record_of(session)
-    timeout = session.timeout
     deadline = session.deadline
-    stop_by = None
-    running = {rank for rank, t in enumerate(threads)}
-    while running:
-        limit = deadline if stop_by is None else min(deadline, stop_by)
-        try:
-            running.discard(record.finished.get(timeout=max(0.0, limit - time.monotonic())))
-        except queue.Empty:
-            break
-        if record.decisive and stop_by is None:
-            # The verdict is known: stop the others rather than wait for them.
-            stop_by = time.monotonic() + STOP_GRACE_S
-            for rank in running:
-                _interrupt(threads[rank])
+    record.wait(deadline, lambda: record.decisive or not record.running())
+    if record.decisive and record.running():
+        # The verdict is known: stop the others rather than wait for them.
+        for rank in record.running():
+            _interrupt(threads[rank])
+        record.wait(min(deadline, time.monotonic() + STOP_GRACE_S),
+                    lambda: not record.running())
+    at_deadline = time.monotonic() >= deadline
+    if at_deadline and record.running():
+        # Ranks blocked in a collective report their own timeout; give them a moment.
+        record.wait(time.monotonic() + 1.0, lambda: not record.running())
+        session.stop("the test's deadline passed")
     failures = list(record.failures)
-    if running:
-        at_deadline = stop_by is None or time.monotonic() >= deadline
+    for rank in record.running():
+        thread = threads[rank]
         if at_deadline:
-            # Ranks blocked in a collective report their own timeout; give them a moment.
-            grace_end = time.monotonic() + 1.0
-            while running and time.monotonic() < grace_end:
-                try:
-                    running.discard(record.finished.get(
-                        timeout=max(0.0, grace_end - time.monotonic())))
-                except queue.Empty:
-                    break
-            failures = list(record.failures)
-            session.stop("the test's deadline passed")
-        for rank in sorted(running):
-            thread = threads[rank]
-            if at_deadline:
-                error = RankTimedOut(rank, timeout, _stack_of(thread))
-                failures.append((rank, (RankTimedOut, error, None)))
-            else:
-                failures.append((rank, (PeerFailed, PeerFailed("still running"), None)))
-            _interrupt(thread)
+            error = RankTimedOut(rank, session.timeout, _stack_of(thread))
+            failures.append((rank, (RankTimedOut, error, None)))
+        else:
+            failures.append((rank, (PeerFailed, PeerFailed("still running"), None)))
+        _interrupt(thread)
     return failures
 
 

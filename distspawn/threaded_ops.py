@@ -31,23 +31,27 @@ class Call:
     """One rank's side of a collective.
 
     ``params`` must be equal on every rank (root, reduce op, split sizes
-    where they matter); so must ``tensors`` when ``strict_tensors`` is set.
+    where they matter); so must the tensors' dtypes and shapes when
+    ``strict_tensors`` is set. ``tensors`` is what the call describes itself
+    with; its text is only built for messages.
     """
 
     kind: str
     params: tuple[tuple[str, Any], ...]
-    tensors: str
+    tensors: Any
     payload: Any
     execute: Callable[[list[Any]], None]
     strict_tensors: bool = True
 
     def match_key(self) -> tuple:
-        return (self.kind, self.params, self.tensors if self.strict_tensors else None)
+        shapes = tensor_signature(self.tensors) if self.strict_tensors else None
+        return (self.kind, self.params, shapes)
 
     def describe(self) -> str:
         parts = [f"{name}={value}" for name, value in self.params]
-        if self.tensors:
-            parts.append(self.tensors)
+        summary = tensor_summary(self.tensors)
+        if summary and summary != "[]":
+            parts.append(summary)
         return f"{self.kind}({', '.join(parts)})"
 
 
@@ -66,6 +70,15 @@ def tensor_summary(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(tensor_summary(v) for v in value) + "]"
     return repr(value)
+
+
+def tensor_signature(value: Any) -> Any:
+    """What must match between ranks: dtype, shape and device type of each tensor."""
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, tuple(value.shape), value.device.type)
+    if isinstance(value, (list, tuple)):
+        return tuple(tensor_signature(v) for v in value)
+    return value
 
 
 def _red_op_type(op: Any) -> Any:
@@ -150,7 +163,7 @@ def all_reduce(op: Any) -> Callable[[list], None]:
             result = reduce_tensors([tensors[index] for tensors in data], op)
             for tensors in data:
                 _write(tensors[index], result)
-    return torch.no_grad()(run)
+    return run
 
 
 def broadcast(root: int) -> Callable[[list], None]:
@@ -159,14 +172,14 @@ def broadcast(root: int) -> Callable[[list], None]:
             if rank != root:
                 for dst, src in zip(tensors, data[root]):
                     _write(dst, src)
-    return torch.no_grad()(run)
+    return run
 
 
 def reduce(root: int, op: Any) -> Callable[[list], None]:
     def run(data: list[list[torch.Tensor]]) -> None:
         for index, dst in enumerate(data[root]):
             _write(dst, reduce_tensors([tensors[index] for tensors in data], op))
-    return torch.no_grad()(run)
+    return run
 
 
 def all_gather() -> Callable[[list], None]:
@@ -181,7 +194,7 @@ def all_gather() -> Callable[[list], None]:
                     _check_numel(per_rank[src_rank], src,
                                  f"all_gather from rank {src_rank} into rank {dst_rank}")
                     _write(per_rank[src_rank], src.reshape(per_rank[src_rank].shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def all_gather_coalesced() -> Callable[[list], None]:
@@ -195,7 +208,7 @@ def all_gather_coalesced() -> Callable[[list], None]:
                     _check_numel(dst, src, f"all_gather_coalesced from rank {src_rank} "
                                            f"into rank {dst_rank}")
                     _write(dst, src.reshape(dst.shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def _flat_view(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -220,7 +233,7 @@ def all_gather_into_tensor() -> Callable[[list], None]:
                             f"{_one_tensor(data[src_rank][pair][1])}")
                     n = src.numel()
                     _write(out[src_rank * n:(src_rank + 1) * n], src)
-    return torch.no_grad()(run)
+    return run
 
 
 def gather(root: int) -> Callable[[list], None]:
@@ -235,7 +248,7 @@ def gather(root: int) -> Callable[[list], None]:
         for src_rank, (_, inputs) in enumerate(data):
             _check_numel(outputs[0][src_rank], inputs[0], f"gather from rank {src_rank}")
             _write(outputs[0][src_rank], inputs[0].reshape(outputs[0][src_rank].shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def scatter(root: int) -> Callable[[list], None]:
@@ -250,7 +263,7 @@ def scatter(root: int) -> Callable[[list], None]:
         for dst_rank, (outputs, _) in enumerate(data):
             _check_numel(outputs[0], inputs[0][dst_rank], f"scatter to rank {dst_rank}")
             _write(outputs[0], inputs[0][dst_rank].reshape(outputs[0].shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def reduce_scatter(op: Any) -> Callable[[list], None]:
@@ -265,7 +278,7 @@ def reduce_scatter(op: Any) -> Callable[[list], None]:
                 _check_numel(outputs[0], part, f"reduce_scatter from rank {src_rank} "
                                                f"to rank {dst_rank}")
             _write(outputs[0], reduce_tensors(parts, op).reshape(outputs[0].shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def reduce_scatter_tensor(op: Any) -> Callable[[list], None]:
@@ -285,7 +298,7 @@ def reduce_scatter_tensor(op: Any) -> Callable[[list], None]:
                             f"is not {world} x rank {dst_rank}'s output {_one_tensor(out)}")
                     parts.append(src[dst_rank * n:(dst_rank + 1) * n])
                 _write(out, reduce_tensors(parts, op).reshape(out.shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def all_to_all() -> Callable[[list], None]:
@@ -301,7 +314,7 @@ def all_to_all() -> Callable[[list], None]:
                 _check_numel(outputs[src_rank], src,
                              f"all_to_all from rank {src_rank} to rank {dst_rank}")
                 _write(outputs[src_rank], src.reshape(outputs[src_rank].shape))
-    return torch.no_grad()(run)
+    return run
 
 
 def _row_splits(t: torch.Tensor, splits: Sequence[int] | None, world: int,
@@ -345,7 +358,7 @@ def all_to_all_single() -> Callable[[list], None]:
                 src_start = sum(in_splits[src_rank][:dst_rank])
                 _write(out_rows[start:start + count], in_rows[src_start:src_start + sent])
                 start += count
-    return torch.no_grad()(run)
+    return run
 
 
 def nothing() -> Callable[[list], None]:

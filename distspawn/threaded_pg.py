@@ -22,6 +22,8 @@ fails at once with each rank's pending call instead of hanging.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -103,12 +105,15 @@ def missing_threaded_hooks() -> list[str]:
 class _Pending:
     """An op some ranks wait on; completed (or failed) exactly once."""
 
-    description: str
     group: "_GroupInfo"
     done: bool = False
     error: BaseException | None = None
     source_rank: int = -1
     futures: list = field(default_factory=list)
+
+    @property
+    def description(self) -> str:
+        return "an op"
 
     def waiting_for(self) -> str:
         return ""
@@ -118,6 +123,10 @@ class _Pending:
 class _Rendezvous(_Pending):
     seq: int = 0
     calls: dict = field(default_factory=dict)
+
+    @property
+    def description(self) -> str:
+        return self.calls[min(self.calls)].describe() if self.calls else "a collective"
 
     def waiting_for(self) -> str:
         absent = [self.group.global_ranks[r] for r in range(self.group.size)
@@ -132,6 +141,13 @@ class _PointToPoint(_Pending):
     dst: int = -1
     tag: int = 0
     tensor: torch.Tensor | None = None
+
+    @property
+    def description(self) -> str:
+        if self.is_send:
+            return f"send(to rank {self.dst}, tag={self.tag}, {tensor_summary(self.tensor)})"
+        source = "any rank" if self.src is None else f"rank {self.src}"
+        return f"recv(from {source}, tag={self.tag}, {tensor_summary(self.tensor)})"
 
     def waiting_for(self) -> str:
         if self.is_send:
@@ -212,7 +228,7 @@ class ThreadedSession:
             key = (group.name, seq)
             rendezvous = self._collectives.get(key)
             if rendezvous is None:
-                rendezvous = _Rendezvous(call.describe(), group, seq=seq)
+                rendezvous = _Rendezvous(group, seq=seq)
                 self._collectives[key] = rendezvous
             rendezvous.calls[group_rank] = call
             if len(rendezvous.calls) == group.size:
@@ -229,7 +245,8 @@ class ThreadedSession:
                 f"collective mismatch on {where}: the ranks' calls differ:\n"
                 + self._call_lines(rendezvous, calls))
         try:
-            calls[0].execute([c.payload for c in calls])
+            with torch.no_grad():
+                calls[0].execute([c.payload for c in calls])
         except Incompatible as exc:
             raise CollectiveMismatchError(
                 f"collective mismatch on {where}: {exc}\n"
@@ -248,8 +265,7 @@ class ThreadedSession:
 
     def post_send(self, group: _GroupInfo, src: int, dst: int, tag: int,
                   tensor: torch.Tensor) -> _PointToPoint:
-        op = _PointToPoint(f"send(to rank {dst}, tag={tag}, {tensor_summary(tensor)})",
-                           group, is_send=True, src=src, dst=dst, tag=tag, tensor=tensor)
+        op = _PointToPoint(group, is_send=True, src=src, dst=dst, tag=tag, tensor=tensor)
         with self._settling():
             self._raise_if_stopped()
             match = next((r for r in self._recvs if self._pairs(op, r)), None)
@@ -262,9 +278,7 @@ class ThreadedSession:
 
     def post_recv(self, group: _GroupInfo, src: int | None, dst: int, tag: int,
                   tensor: torch.Tensor) -> _PointToPoint:
-        source = "any rank" if src is None else f"rank {src}"
-        op = _PointToPoint(f"recv(from {source}, tag={tag}, {tensor_summary(tensor)})",
-                           group, is_send=False, src=src, dst=dst, tag=tag, tensor=tensor)
+        op = _PointToPoint(group, is_send=False, src=src, dst=dst, tag=tag, tensor=tensor)
         with self._settling():
             self._raise_if_stopped()
             match = next((s for s in self._sends if self._pairs(s, op)), None)
@@ -490,8 +504,8 @@ class ThreadedProcessGroup(dist.ProcessGroup):
     def _collective(self, kind: str, payload: Any, execute, params=(), *,
                     tensors: Any = None, strict: bool = True, outputs: Any = None
                     ) -> ThreadedWork:
-        summary = tensor_summary(payload if tensors is None else tensors)
-        call = Call(kind, tuple(params), summary, payload, execute, strict)
+        call = Call(kind, tuple(params), payload if tensors is None else tensors, payload,
+                    execute, strict)
         seq, self._seq = self._seq, self._seq + 1
         pending = self._session.join_collective(self._group, seq, self._group_rank, call)
         return self._work(pending, outputs)
@@ -677,6 +691,7 @@ _WORLD_FIELDS: dict[str, Any] = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def _per_thread_world_class():
     """A ``_World`` whose state is separate in every thread (built on first use)."""
     base = dist.distributed_c10d._World
@@ -709,6 +724,7 @@ _session_lock = threading.Lock()
 _active: ThreadedSession | None = None
 _saved_world: Any = None
 _autograd_threads: Any = None
+_saved_excepthook: Any = None
 
 
 def active_session() -> ThreadedSession | None:
@@ -739,7 +755,7 @@ def register_threaded_backend() -> None:
 
 def install(session: ThreadedSession) -> None:
     """Give every thread its own c10d world and make ``session`` the active one."""
-    global _active, _saved_world, _autograd_threads
+    global _active, _saved_world, _autograd_threads, _saved_excepthook
     missing = missing_threaded_hooks()
     if missing:
         raise RuntimeError("the threaded backend needs private torch hooks this torch "
@@ -755,12 +771,15 @@ def install(session: ThreadedSession) -> None:
         torch._C._distributed_c10d._set_thread_isolation_mode(True)
         # Autograd's device threads would not see the rank thread's world.
         _autograd_threads = torch.autograd.set_multithreading_enabled(False)
+        # Each init_process_group wraps sys.excepthook and nothing unwraps it:
+        # thousands of threaded inits would nest it past the recursion limit.
+        _saved_excepthook = sys.excepthook
         _active = session
 
 
 def uninstall(session: ThreadedSession) -> None:
     """Undo :func:`install`; later ops of stray rank threads raise PeerFailed."""
-    global _active, _saved_world, _autograd_threads
+    global _active, _saved_world, _autograd_threads, _saved_excepthook
     session.stop("the test ended")
     with _session_lock:
         if _active is not session:
@@ -769,7 +788,8 @@ def uninstall(session: ThreadedSession) -> None:
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
         if _autograd_threads is not None:
             _autograd_threads.__exit__(None, None, None)
-        _active = _saved_world = _autograd_threads = None
+        sys.excepthook = _saved_excepthook
+        _active = _saved_world = _autograd_threads = _saved_excepthook = None
 
 
 class threaded_world:  # noqa: N801 - used as a context manager, like torch's
