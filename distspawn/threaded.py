@@ -87,15 +87,19 @@ class _SessionRecord:
             self.changed.wait_for(predicate, max(0.0, until - time.monotonic()))
 
 
-_records: dict[int, _SessionRecord] = {}
 _context = threading.local()
 
 
+def _new_session(world_size: int, timeout: float) -> ThreadedSession:
+    session = ThreadedSession(world_size, timeout)
+    # The record lives on its session: a late thread of an earlier test can
+    # only ever write to its own test's record.
+    session.harness_record = _SessionRecord(world_size)
+    return session
+
+
 def _record_of(session: ThreadedSession) -> _SessionRecord:
-    record = _records.get(id(session))
-    if record is None:
-        record = _records.setdefault(id(session), _SessionRecord(session.world_size))
-    return record
+    return session.harness_record
 
 
 def _is_decisive(exc: BaseException) -> bool:
@@ -328,7 +332,7 @@ class MultiThreadedTestCase(TestCase):
             raise unittest.SkipTest(
                 "the threaded backend needs private torch hooks that this torch lacks: "
                 + ", ".join(missing))
-        session = ThreadedSession(world_size, float(get_timeout(self.id())))
+        session = _new_session(world_size, float(get_timeout(self.id())))
         threaded_pg.install(session)
         self.addCleanup(_end_session, session, self.threads)
         type(self).global_store = c10d.HashStore()
@@ -422,7 +426,6 @@ def _end_session(session: ThreadedSession, threads: list[threading.Thread]) -> N
     for thread in threads:
         thread.join(max(0.0, give_up - time.monotonic()))
     threaded_pg.uninstall(session)
-    _records.pop(id(session), None)
 
 
 def spawn_threads_and_init_comms(func: Callable | None = None,
@@ -449,7 +452,7 @@ def spawn_threads_and_init_comms(func: Callable | None = None,
             raise unittest.SkipTest(
                 "the threaded backend needs private torch hooks that this torch lacks: "
                 + ", ".join(missing))
-        session = ThreadedSession(world_size, float(timeout))
+        session = _new_session(world_size, float(timeout))
         threaded_pg.install(session)
         store = c10d.HashStore()
 

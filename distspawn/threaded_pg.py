@@ -195,6 +195,7 @@ class ThreadedSession:
         self._waiting: dict[int, _Waiter] = {}
         self._finished: dict[int, str] = {}
         self._stop_reason: str | None = None
+        self.harness_record: Any = None  # what the test harness keeps about its ranks
 
     # -- life cycle -------------------------------------------------------
 
