@@ -197,8 +197,10 @@ def _wait_for_ranks(session: ThreadedSession, threads: list[threading.Thread]) -
     record.wait(deadline, lambda: record.decisive or not record.running())
     if record.decisive and record.running():
         # The verdict is known: stop the others rather than wait for them.
+        reported = {rank for rank, _ in record.failures}
         for rank in record.running():
-            _interrupt(threads[rank])
+            if rank not in reported:
+                _interrupt(threads[rank])
         record.wait(min(deadline, time.monotonic() + STOP_GRACE_S),
                     lambda: not record.running())
     at_deadline = time.monotonic() >= deadline
@@ -222,11 +224,13 @@ def _outcomes(failures: list, world_size: int) -> list[RankOutcome]:
     outcomes = {rank: RankOutcome(rank, report=RankReport(rank, "", ReportStatus.PASSED),
                                   exit_code=0)
                 for rank in range(world_size)}
+    seen: set[int] = set()
     for rank, exc_info in failures:
         exc = exc_info[1]
+        if rank in seen:
+            continue  # how a rank first ended is what counts (later: e.g. our interrupt)
+        seen.add(rank)
         outcome = outcomes.setdefault(rank, RankOutcome(rank))
-        if outcome.status is ReportStatus.FAILED:
-            continue  # the first real failure of a rank is the one to show
         if isinstance(exc, RankTimedOut):
             outcome.timed_out, outcome.stack, outcome.exit_code = True, exc.stack, None
             outcome.stack_scope = "its thread"
