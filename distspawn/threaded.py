@@ -26,11 +26,12 @@ from typing import Any, Callable
 import torch.distributed as c10d
 
 from . import threaded_pg
-from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, TIMEOUT_DEFAULT, get_timeout
+from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, SEED, TIMEOUT_DEFAULT, get_timeout
 from .multiprocess import validate_world_size
 from .protocol import RankReport, ReportStatus
 from .skips import SKIP_MESSAGE_BY_EXIT_CODE
 from .testcase import TestCase
+from .thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
 from .threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
 from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
 from .worker import exit_code_of, format_user_exception
@@ -90,11 +91,19 @@ class _SessionRecord:
 _context = threading.local()
 
 
-def _new_session(world_size: int, timeout: float) -> ThreadedSession:
+def _begin_session(world_size: int, timeout: float) -> ThreadedSession:
+    """A new session, installed, with seeding routed to each rank thread's RNG."""
+    missing = threaded_pg.missing_threaded_hooks()
+    if missing:
+        raise unittest.SkipTest(
+            "the threaded backend needs private torch hooks that this torch lacks: "
+            + ", ".join(missing))
     session = ThreadedSession(world_size, timeout)
     # The record lives on its session: a late thread of an earlier test can
     # only ever write to its own test's record.
     session.harness_record = _SessionRecord(world_size)
+    threaded_pg.install(session)
+    install_seed_functions()
     return session
 
 
@@ -125,10 +134,14 @@ def record_rank_failure(rank: int, exc_info) -> None:
 
 
 def _rank_thread_main(session: ThreadedSession, rank: int, body: Callable[[], None],
-                      go: threading.Event) -> None:
+                      go: threading.Event, own_rng: bool) -> None:
     try:
         go.wait()
-        _run_rank(session, rank, body)
+        if own_rng:
+            with ThreadRNG(SEED):
+                _run_rank(session, rank, body)
+        else:
+            _run_rank(session, rank, body)
     except PeerFailed:
         pass  # an interrupt that landed after the rank had already reported
 
@@ -152,7 +165,8 @@ def _run_rank(session: ThreadedSession, rank: int, body: Callable[[], None]) -> 
 
 
 def _start_rank_threads(session: ThreadedSession, world_size: int,
-                        body: Callable[[int], None], label: str) -> list[threading.Thread]:
+                        body: Callable[[int], None], label: str,
+                        own_rng: bool = True) -> list[threading.Thread]:
     # Ranks wait for ``go`` so that starting the next thread does not compete for
     # the GIL with ranks already running their test.
     go = threading.Event()
@@ -160,7 +174,8 @@ def _start_rank_threads(session: ThreadedSession, world_size: int,
     try:
         for rank in range(world_size):
             thread = threading.Thread(
-                target=_rank_thread_main, args=(session, rank, partial(body, rank), go),
+                target=_rank_thread_main,
+                args=(session, rank, partial(body, rank), go, own_rng),
                 name=f"{label} rank {rank}", daemon=True)
             thread.start()
             threads.append(thread)
@@ -269,13 +284,19 @@ class MultiThreadedTestCase(TestCase):
 
     Verdicts follow the same rules as for rank processes; a collective that
     cannot complete fails the test with each rank's pending call instead of
-    hanging. Threads share one process: ``os.environ``, global torch flags and
-    module state are shared between ranks; the c10d world is per thread.
+    hanging. Threads share one process: ``os.environ``, global torch flags,
+    CUDA generators, ``random``/``numpy.random`` and module state are shared
+    between ranks; the c10d world is per thread, and so is the CPU random
+    generator (seeded like a rank process; ``per_thread_rng = False`` shares
+    it, as upstream does).
     """
 
     exception_queue: "queue.Queue" = queue.Queue()  # upstream's; kept for overrides
     MAIN_THREAD_RANK = -1
     lenient_skips: bool = False
+    # Each rank thread draws CPU random numbers from its own generator, seeded
+    # like a rank process; False: all threads share the process's (upstream).
+    per_thread_rng: bool = True
 
     @property
     def world_size(self) -> int:
@@ -331,20 +352,14 @@ class MultiThreadedTestCase(TestCase):
     def _spawn_threads(self) -> None:
         """Start the rank threads for the current test (call from setUp)."""
         world_size = validate_world_size(self.world_size, f"{type(self).__name__}.world_size")
-        missing = threaded_pg.missing_threaded_hooks()
-        if missing:
-            raise unittest.SkipTest(
-                "the threaded backend needs private torch hooks that this torch lacks: "
-                + ", ".join(missing))
-        session = _new_session(world_size, float(get_timeout(self.id())))
-        threaded_pg.install(session)
+        session = _begin_session(world_size, float(get_timeout(self.id())))
         self.addCleanup(_end_session, session, self.threads)
         type(self).global_store = c10d.HashStore()
         test_name = self._current_test_name
         cls = type(self)
         self.threads.extend(_start_rank_threads(
             session, world_size, lambda rank: cls._run(test_name, rank, world_size),
-            f"{cls.__name__}.{test_name}"))
+            f"{cls.__name__}.{test_name}", own_rng=cls.per_thread_rng))
 
     @classmethod
     def _run(cls, test_name: str, rank: int, world_size: int, **kwargs: Any) -> None:
@@ -429,6 +444,7 @@ def _end_session(session: ThreadedSession, threads: list[threading.Thread]) -> N
     give_up = time.monotonic() + STOP_GRACE_S
     for thread in threads:
         thread.join(max(0.0, give_up - time.monotonic()))
+    uninstall_seed_functions()
     threaded_pg.uninstall(session)
 
 
@@ -451,13 +467,7 @@ def spawn_threads_and_init_comms(func: Callable | None = None,
 
     @wraps(func)
     def wrapper(self, *args, **kwargs):
-        missing = threaded_pg.missing_threaded_hooks()
-        if missing:
-            raise unittest.SkipTest(
-                "the threaded backend needs private torch hooks that this torch lacks: "
-                + ", ".join(missing))
-        session = _new_session(world_size, float(timeout))
-        threaded_pg.install(session)
+        session = _begin_session(world_size, float(timeout))
         store = c10d.HashStore()
 
         def body(rank: int) -> None:

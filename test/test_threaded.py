@@ -229,3 +229,40 @@ def test_work_wait_with_its_own_timeout():
             t.join(30)
     assert not any(t.is_alive() for t in threads)
     assert errors and "timed out after 0.2 s" in errors[0], errors
+
+
+def test_each_rank_thread_has_its_own_generator():
+    run = run_python(["threaded_rng.py", "-v"], timeout=120)
+    assert run.returncode == 0, run.output
+    for name in ("test_same_seed_same_numbers_on_every_rank",
+                 "test_unseeded_stream_starts_like_a_rank_process",
+                 "test_module_init_and_dropout_agree",
+                 "test_rng_state_round_trip_is_per_thread",
+                 "test_ranks_draw_from_one_generator",  # per_thread_rng = False
+                 "test_decorated_ranks_agree"):
+        assert run.verdict_line(name).endswith("... ok"), name
+
+
+def test_seed_functions_are_restored_after_the_test():
+    import torch.random
+
+    originals = (torch.manual_seed, torch.get_rng_state, torch.random.set_rng_state)
+
+    class Probe(MultiThreadedTestCase):
+        @property
+        def world_size(self):
+            return 2
+
+        def setUp(self):
+            super().setUp()
+            self._spawn_threads()
+
+        def test_seed(self):
+            torch.manual_seed(5)
+
+    import unittest
+
+    result = unittest.TestResult()
+    Probe("test_seed").run(result)
+    assert result.wasSuccessful(), result.failures + result.errors
+    assert (torch.manual_seed, torch.get_rng_state, torch.random.set_rng_state) == originals

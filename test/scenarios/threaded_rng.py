@@ -1,0 +1,85 @@
+"""Per-rank random streams on rank threads; prints nothing, asserts in each test."""
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from distspawn import MultiThreadedTestCase, TestCase, run_tests, spawn_threads_and_init_comms
+
+
+def gathered(t):
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)
+    return out
+
+
+class PerThreadRNG(MultiThreadedTestCase):
+    @property
+    def world_size(self):
+        return 4
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_threads()
+
+    def test_same_seed_same_numbers_on_every_rank(self):
+        torch.manual_seed(7)
+        x = torch.cat([torch.randn(3), torch.rand(2), torch.randint(0, 100, (3,)).float(),
+                       torch.randperm(5).float(), torch.empty(4).uniform_(),
+                       torch.bernoulli(torch.full((6,), 0.5))])
+        for other in gathered(x):
+            self.assertEqual(other, x)
+        torch.manual_seed(7)
+        self.assertEqual(torch.randn(3), x[:3])  # reseeding restarts the stream
+
+    def test_unseeded_stream_starts_like_a_rank_process(self):
+        x = torch.randn(4)
+        for other in gathered(x):
+            self.assertEqual(other, x)
+
+    def test_module_init_and_dropout_agree(self):
+        torch.manual_seed(3)
+        weight = nn.Linear(4, 4).weight.detach().flatten()
+        mask = F.dropout(torch.ones(16), 0.5)
+        for other in gathered(torch.cat([weight, mask])):
+            self.assertEqual(other, torch.cat([weight, mask]))
+
+    def test_rng_state_round_trip_is_per_thread(self):
+        state = torch.get_rng_state()
+        first = torch.randn(3)
+        dist.barrier()
+        torch.set_rng_state(state)
+        self.assertEqual(torch.randn(3), first)
+
+
+class SharedRNG(MultiThreadedTestCase):
+    per_thread_rng = False
+
+    @property
+    def world_size(self):
+        return 4
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_threads()
+
+    def test_ranks_draw_from_one_generator(self):
+        dist.barrier()
+        x = torch.randn(8)
+        values = gathered(x)
+        self.assertTrue(any(not torch.equal(values[0], v) for v in values[1:]),
+                        "threads sharing one generator drew identical numbers")
+
+
+class Decorated(TestCase):
+    @spawn_threads_and_init_comms(world_size=3)
+    def test_decorated_ranks_agree(self):
+        torch.manual_seed(11)
+        x = torch.randn(5)
+        for other in gathered(x):
+            self.assertEqual(other, x)
+
+
+if __name__ == "__main__":
+    run_tests()
