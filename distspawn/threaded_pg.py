@@ -183,7 +183,7 @@ class _Waiter:
 class ThreadedSession:
     """The shared state of one threaded world: pending ops, deadline, stop flag."""
 
-    def __init__(self, world_size: int, timeout: float | None = None) -> None:
+    def __init__(self, world_size: int | None, timeout: float | None = None) -> None:
         self.world_size = world_size
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
@@ -380,6 +380,8 @@ class ThreadedSession:
             raise PeerFailed(f"stopped by distspawn: {self._stop_reason}")
 
     def _deadlock_report(self) -> str | None:
+        if self.world_size is None:
+            return None  # world size unknown (a bare install): no detection
         for rank in range(self.world_size):
             if rank in self._finished:
                 continue
@@ -482,6 +484,19 @@ class ThreadedProcessGroup(dist.ProcessGroup):
         self._global_rank = group.global_ranks[rank]
         self._seq = 0
         self._coalesced: list[ThreadedWork] | None = None
+
+    # Upstream's class-level hooks ---------------------------------------------
+
+    @classmethod
+    def exception_handle(cls, exc: BaseException) -> None:
+        """Stop every rank of the running threaded world (a peer raised ``exc``)."""
+        session = active_session()
+        if session is not None:
+            session.stop(f"a rank raised {type(exc).__name__}")
+
+    @classmethod
+    def reset(cls) -> None:
+        """Nothing to reset: each threaded world starts with fresh state."""
 
     # Identity ------------------------------------------------------------------
 
@@ -715,6 +730,7 @@ def _per_thread_world_class():
         self._local = threading.local()
 
     namespace["__init__"] = __init__
+    namespace["_get_world"] = lambda self: self  # upstream's accessor for the state
     namespace["__doc__"] = "c10d's world state, kept separately for each rank thread."
     return type("PerThreadWorld", (base,), namespace)
 
