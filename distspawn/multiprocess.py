@@ -16,9 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-import types
 import unittest
-from functools import wraps
 from typing import Any, Callable
 
 import torch
@@ -37,7 +35,7 @@ from .environment import (
 from .protocol import Event
 from .skips import TEST_SKIPS
 from .supervisor import RankProcess, RankSupervisor, end_processes
-from .testcase import TestCase, rerun_command, set_rng_seed
+from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
 from .verdict import ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
 
 logger = logging.getLogger(__name__)
@@ -61,7 +59,7 @@ def validate_world_size(value: Any, owner: str) -> int:
     return number
 
 
-class MultiProcessTestCase(TestCase):
+class MultiProcessTestCase(RankDispatchingTestCase):
     """Runs every test method on ``world_size`` rank processes.
 
     In the parent (``rank == MAIN_PROCESS_RANK``) the test method starts the
@@ -99,32 +97,13 @@ class MultiProcessTestCase(TestCase):
 
     # -- parent / child dispatch -------------------------------------------
 
-    def join_or_run(self, fn: Callable) -> Callable:
-        @wraps(fn)
-        def wrapper(self):
-            rank = getattr(self, "rank", None)
-            if rank is None:
-                raise RuntimeError(
-                    f"{type(self).__name__}.setUp did not call super().setUp(): the test "
-                    "does not know whether it is the parent or a rank"
-                )
-            if rank == self.MAIN_PROCESS_RANK:
-                self._join_processes(fn)
-            else:
-                fn()
+    _MAIN_DESCRIPTION = "the parent"
 
-        return types.MethodType(wrapper, self)
+    def _is_main(self, rank: int) -> bool:
+        return rank == self.MAIN_PROCESS_RANK
 
-    def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
-        # unittest passes methodName; some runners pass method_name. Accept both.
-        if methodName != "runTest":
-            method_name = methodName
-        super().__init__(method_name)
-        try:
-            fn = getattr(self, method_name)
-        except AttributeError:
-            return  # a bare instance with no test method, as unittest allows
-        setattr(self, method_name, self.join_or_run(fn))
+    def _join_ranks(self, fn: Callable) -> None:
+        self._join_processes(fn)
 
     def setUp(self) -> None:
         super().setUp()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import cmath
+import functools
 import inspect
 import os
 import random
 import sys
+import types
 import unittest
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
@@ -203,6 +205,49 @@ class TestCase(unittest.TestCase):
         except self.failureException:
             return
         raise self.failureException(msg or f"{x!r} == {y!r}, expected them to differ")
+
+
+class RankDispatchingTestCase(TestCase):
+    """Base of the process and thread test cases.
+
+    Each test method is wrapped (upstream's ``join_or_run``): in the main
+    process or thread it starts nothing itself but waits for the ranks
+    (``_join_ranks``); in a rank it runs the real test body.
+    """
+
+    _MAIN_DESCRIPTION = "the main process"
+
+    def _is_main(self, rank: int) -> bool:
+        raise NotImplementedError
+
+    def _join_ranks(self, fn: Callable) -> None:
+        raise NotImplementedError
+
+    def join_or_run(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(self):
+            rank = getattr(self, "rank", None)
+            if rank is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}.setUp did not call super().setUp(): the test "
+                    f"does not know whether it is {self._MAIN_DESCRIPTION} or a rank")
+            if self._is_main(rank):
+                self._join_ranks(fn)
+            else:
+                fn()
+
+        return types.MethodType(wrapper, self)
+
+    def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
+        # unittest passes methodName; some runners pass method_name. Accept both.
+        if methodName != "runTest":
+            method_name = methodName
+        super().__init__(method_name)
+        try:
+            fn = getattr(self, method_name)
+        except AttributeError:
+            return  # a bare instance with no test method, as unittest allows
+        setattr(self, method_name, self.join_or_run(fn))
 
 
 def rerun_command(test: unittest.TestCase) -> str:

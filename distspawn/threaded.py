@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import traceback
-import types
 import unittest
 from dataclasses import dataclass, field
 from functools import partial, wraps
@@ -30,7 +29,7 @@ from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, SEED, TIMEOUT_DEFAUL
 from .multiprocess import validate_world_size
 from .protocol import RankReport, ReportStatus
 from .skips import SKIP_MESSAGE_BY_EXIT_CODE
-from .testcase import TestCase
+from .testcase import RankDispatchingTestCase
 from .thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
 from .threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
 from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
@@ -273,7 +272,7 @@ def _format(exc_info) -> str:
         return format_user_exception()
 
 
-class MultiThreadedTestCase(TestCase):
+class MultiThreadedTestCase(RankDispatchingTestCase):
     """Runs every test method on ``world_size`` threads of this process.
 
     Each thread is one rank of a ``threaded`` process group, initialised
@@ -306,30 +305,13 @@ class MultiThreadedTestCase(TestCase):
     def _current_test_name(self) -> str:
         return self.id().split(".")[-1]
 
-    def join_or_run(self, fn: Callable) -> Callable:
-        @wraps(fn)
-        def wrapper(self):
-            rank = getattr(self, "rank", None)
-            if rank is None:
-                raise RuntimeError(
-                    f"{type(self).__name__}.setUp did not call super().setUp(): the test "
-                    "does not know whether it is the main thread or a rank")
-            if rank == self.MAIN_THREAD_RANK:
-                self._join_threads(self.threads, fn)
-            else:
-                fn()
+    _MAIN_DESCRIPTION = "the main thread"
 
-        return types.MethodType(wrapper, self)
+    def _is_main(self, rank: int) -> bool:
+        return rank == self.MAIN_THREAD_RANK
 
-    def __init__(self, method_name: str = "runTest", methodName: str = "runTest") -> None:
-        if methodName != "runTest":
-            method_name = methodName
-        super().__init__(method_name)
-        try:
-            fn = getattr(self, method_name)
-        except AttributeError:
-            return  # a bare instance with no test method, as unittest allows
-        setattr(self, method_name, self.join_or_run(fn))
+    def _join_ranks(self, fn: Callable) -> None:
+        self._join_threads(self.threads, fn)
 
     def perThreadSetUp(self) -> None:  # noqa: N802 - upstream's name
         """Runs in each rank thread after its process group is initialised."""
