@@ -53,6 +53,7 @@ from .dist_backend import (
     require_exact_world_size,
     require_world_size,
 )
+from .continuous import C10dTorchCommsTestBase, MultiProcContinousTest, MultiProcContinuousTest
 from .distributed_base import (
     DistributedTestBase,
     DynamoDistributedMultiProcTestCase,

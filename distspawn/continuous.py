@@ -1,0 +1,382 @@
+"""MultiProcContinuousTest: rank processes reused across the tests of a class.
+
+The parent starts ``world_size`` workers once per concrete class (lazily, at
+the first test) and sends each test's id to all of them; every worker runs it
+on the process group it set up once (``_init_pg``) and reports back with the
+test id and its rank. Unlike upstream's, a failing, crashing or hanging test
+fails alone: the pool is ended and a fresh one serves the next test (no
+"poison pill" skipping the rest of the class), and the verdict follows the
+same rules as for fresh processes.
+
+``run_rank()`` is the other way to run such a class: each process (started by
+``torchrun`` or ``mp.spawn``) calls it to become one rank and runs the tests
+itself, with the process group set up in ``setUpClass``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import tempfile
+import time
+import unittest
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable
+
+import torch
+import torch.distributed as c10d
+import torch.multiprocessing as mp
+
+from . import launch
+from .continuous_worker import Task, worker_loop
+from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
+from .multiprocess import validate_world_size
+from .protocol import RankReport
+from .supervisor import end_processes
+from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
+from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
+
+__all__ = ["C10dTorchCommsTestBase", "MultiProcContinuousTest", "MultiProcContinousTest"]
+
+logger = logging.getLogger(__name__)
+
+# After one rank failed, how long the others get to report before the pool ends.
+PEER_REPORT_GRACE_S = 0.5
+
+
+@dataclass
+class _Worker:
+    rank: int
+    process: Any
+    conn: Connection
+
+
+@dataclass
+class _Pool:
+    workers: list[_Worker]
+    rdvz_file: str
+
+
+class MultiProcContinuousTest(RankDispatchingTestCase):
+    """Runs every test of the class on ``world_size`` long-lived rank processes.
+
+    Upstream's API: ``world_size`` (class attribute or property; unset means
+    one rank per device of ``device_type()``), ``backend_str()``, ``opts()``,
+    ``device_type()``, ``timeout``, ``rank``, ``rdvz_file``, ``_init_pg`` and
+    ``run_rank()``. Beyond upstream:
+
+    * ``start_method`` (``"spawn"`` default, ``"fork"``, ``"forkserver"``);
+    * ``fresh_process_group_per_test = True`` gives each test its own group;
+    * after each test a worker reports what the test left behind (threads,
+      a replaced or leftover process group, CUDA memory) as a failure of it;
+    * ``lenient_skips`` as on :class:`~distspawn.MultiProcessTestCase`.
+    """
+
+    MAIN_PROCESS_RANK = -1
+    world_size: int = -2  # unset: one rank per device
+    rank: int = -2  # unset: set in each worker (or by run_rank)
+    rdvz_file: str | None = None
+    timeout: timedelta = timedelta(seconds=120)
+    start_method: str | None = None
+    fresh_process_group_per_test: bool = False
+    lenient_skips: bool = False
+    _in_rank_mode: bool = False  # run_rank(): this process is one rank
+
+    # -- upstream's customisation points ----------------------------------------
+
+    @classmethod
+    def backend_str(cls) -> str | None:
+        """The process group backend; None lets torch pick one per device."""
+        return None
+
+    @classmethod
+    def device_type(cls) -> str:
+        accelerator = getattr(torch, "accelerator", None)
+        current = accelerator.current_accelerator() if accelerator is not None else None
+        return "cpu" if current is None else current.type
+
+    @classmethod
+    def opts(cls, high_priority_stream: bool = False) -> Any:
+        """Process group options for ``init_process_group`` (None: the defaults)."""
+        return None
+
+    @classmethod
+    def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:
+        os.environ["LOCAL_RANK"] = str(rank)
+        store = c10d.FileStore(rdvz_file, world_size) if rdvz_file else None
+        c10d.init_process_group(backend=cls.backend_str(), world_size=world_size, rank=rank,
+                                store=store, pg_options=cls.opts(), timeout=cls.timeout)
+        cls.pg = c10d.distributed_c10d._get_default_group()
+
+    @classmethod
+    def _run_test_given_id(cls, test_id: str, **kwargs: Any) -> None:
+        """Run one test in this process as ``cls.rank`` (upstream's worker entry)."""
+        test_name = test_id.rsplit(".", 1)[-1]
+        test = cls(test_name)
+        test.rank, test.world_size = cls.rank, cls.world_size
+        set_rng_seed()
+        getattr(test, test_name)(**kwargs)
+
+    # -- torchrun / mp.spawn: this process is one rank -----------------------------
+
+    @classmethod
+    def run_rank(cls, rank: int, world_size: int, rdvz_file: str | None = None) -> None:
+        """Entry point of one rank process: run this module's tests as ``rank``.
+
+        Under ``torchrun`` leave ``rdvz_file`` out (the group comes from the
+        environment); with ``mp.spawn`` pass a file path every rank shares.
+        """
+        validate_world_size(world_size, "run_rank(world_size=...)")
+        if not 0 <= int(rank) < int(world_size):
+            raise ValueError(f"run_rank(rank={rank!r}): rank must be in 0..{world_size - 1}")
+        cls.rank, cls.world_size, cls.rdvz_file = int(rank), int(world_size), rdvz_file
+        MultiProcContinuousTest._in_rank_mode = True
+        run_tests()
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        if cls._in_rank_mode and not c10d.is_initialized():
+            cls._init_pg(cls.rank, cls.world_size, cls.rdvz_file)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        if cls._in_rank_mode:
+            if c10d.is_initialized():
+                # All ranks leave together: a rank tearing gloo down while its
+                # peer still uses the connection can abort the peer at exit.
+                try:
+                    c10d.barrier()
+                finally:
+                    c10d.destroy_process_group()
+        else:
+            cls._end_pool()
+        super().tearDownClass()
+
+    # -- dispatch ------------------------------------------------------------------
+
+    _MAIN_DESCRIPTION = "the dispatcher"
+
+    def _is_main(self, rank: int) -> bool:
+        return rank == self.MAIN_PROCESS_RANK
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.rank = type(self).rank if self._in_rank_mode else self.MAIN_PROCESS_RANK
+
+    @classmethod
+    def _resolve_world_size(cls) -> int:
+        declared = inspect.getattr_static(cls, "world_size", None)
+        if isinstance(declared, property):
+            value = declared.fget(object.__new__(cls))
+        else:
+            value = cls.world_size
+        if value == -2:
+            device_type = cls.device_type() if callable(cls.device_type) else cls.device_type
+            if device_type == "cpu":
+                return DEFAULT_WORLD_SIZE
+            value = torch.get_device_module(device_type).device_count()
+            if value == 0:
+                raise unittest.SkipTest(f"no {device_type} devices for {cls.__name__}'s ranks")
+        return validate_world_size(value, f"{cls.__name__}.world_size")
+
+    @classmethod
+    def _pool(cls) -> _Pool | None:
+        return cls.__dict__.get("_live_pool")
+
+    @classmethod
+    def _start_pool(cls) -> _Pool:
+        world_size = cls._resolve_world_size()
+        backend = cls.backend_str()
+        if backend is not None and backend not in c10d.Backend.backend_list:
+            raise unittest.SkipTest(f"backend {backend!r} is not built into this torch")
+        checks = {"nccl": c10d.is_nccl_available, "gloo": c10d.is_gloo_available,
+                  "mpi": c10d.is_mpi_available, "ucc": c10d.is_ucc_available}
+        if backend in checks and not checks[backend]():
+            raise unittest.SkipTest(f"backend {backend!r} is not available in this torch")
+        method = launch.resolve_start_method(cls.start_method, f"{cls.__name__}.start_method")
+        process_class = launch.process_class(method)
+        handle, rdvz_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
+        os.close(handle)
+        workers: list[_Worker] = []
+        environ = dict(os.environ)
+        for rank in range(world_size):
+            parent_end, child_end = mp.Pipe()
+            process = process_class(
+                target=worker_loop, name=f"{cls.__name__} rank {rank}", daemon=True,
+                args=(cls, rank, world_size, rdvz_file, child_end, os.getpid(), environ))
+            process.start()
+            child_end.close()
+            workers.append(_Worker(rank, process, parent_end))
+        pool = _Pool(workers, rdvz_file)
+        cls._live_pool = pool
+        if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
+            cls.world_size = world_size  # as upstream: the dispatcher knows it too
+        return pool
+
+    @classmethod
+    def _end_pool(cls, stop_gently: bool = True) -> None:
+        pool = cls._pool()
+        if pool is None:
+            return
+        cls._live_pool = None
+        if stop_gently:
+            for worker in pool.workers:
+                try:
+                    worker.conn.send(None)
+                except (OSError, BrokenPipeError):
+                    pass
+            wait([w.process.sentinel for w in pool.workers], timeout=10)
+        end_processes([w.process for w in pool.workers])
+        for worker in pool.workers:
+            worker.conn.close()
+        try:
+            os.remove(pool.rdvz_file)
+        except OSError:
+            pass
+
+    def _join_ranks(self, fn: Callable) -> None:
+        cls = type(self)
+        pool = cls._pool() or cls._start_pool()
+        test_id = self.id()
+        fresh_file = None
+        if cls.fresh_process_group_per_test:
+            handle, fresh_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
+            os.close(handle)
+        started = time.monotonic()
+        try:
+            outcomes = self._run_on_pool(pool, Task(test_id, fresh_file))
+        finally:
+            if fresh_file is not None:
+                try:
+                    os.remove(fresh_file)
+                except OSError:
+                    pass
+        policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
+        verdict = decide_verdict(outcomes, policy)
+        if verdict.kind is VerdictKind.FAIL or any(o.exit_code is None for o in outcomes):
+            # Whatever state the failure left in the workers, the next test starts clean.
+            cls._end_pool(stop_gently=False)
+        if verdict.kind is VerdictKind.SKIP:
+            raise unittest.SkipTest(verdict.message)
+        if verdict.kind is VerdictKind.PASS:
+            return
+        elapsed = time.monotonic() - started
+        raise self.failureException(
+            f"{test_id} failed after {elapsed:.1f}s on reused workers (a fresh pool serves "
+            f"the next test)\n{verdict.message}\n\nRe-run just this test:\n"
+            f"  {rerun_command(self)}")
+
+    def _run_on_pool(self, pool: _Pool, task: Task) -> list[RankOutcome]:
+        outcomes = {w.rank: RankOutcome(w.rank, pid=w.process.pid) for w in pool.workers}
+        waiting = {}
+        for worker in pool.workers:
+            try:
+                worker.conn.send(task)
+                waiting[worker.conn] = worker
+            except (OSError, BrokenPipeError):
+                pass  # it died: its sentinel says how
+        by_sentinel = {w.process.sentinel: w for w in pool.workers}
+        deadline = time.monotonic() + get_timeout(task.test_id)
+        policy = ReturnCodePolicy()
+        pending = {w.rank for w in pool.workers}
+        silent = set()  # ranks whose pipe closed: only their exit is left to see
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            watched = [w.process.sentinel for w in pool.workers if w.rank in pending]
+            watched += [w.conn for w in pool.workers if w.rank in pending - silent]
+            for ready in wait(watched, timeout=remaining):
+                worker = waiting.get(ready) or by_sentinel[ready]
+                if worker.rank not in pending:
+                    continue
+                outcome = outcomes[worker.rank]
+                if ready is worker.conn:
+                    report, closed = self._receive(worker, task.test_id)
+                    if closed:
+                        silent.add(worker.rank)
+                    if report is not None:
+                        outcome.report, outcome.exit_code = report, 0
+                        if report.exit_code is not None:
+                            outcome.exit_code = report.exit_code
+                        pending.discard(worker.rank)
+                elif worker.rank in silent or not worker.conn.poll():
+                    worker.process.join()
+                    outcome.exit_code = worker.process.exitcode
+                    pending.discard(worker.rank)
+            if pending and any(is_decisive(o, policy) for o in outcomes.values()):
+                # The verdict is known; the others get a moment to report, no more.
+                deadline = min(deadline, time.monotonic() + PEER_REPORT_GRACE_S)
+        failed = any(is_decisive(o, policy) for o in outcomes.values())
+        for rank in pending:
+            if failed:
+                outcomes[rank].ended_by_harness = True
+            else:
+                outcomes[rank].timed_out = True
+        return [outcomes[r] for r in sorted(outcomes)]
+
+    @staticmethod
+    def _receive(worker: _Worker, test_id: str) -> tuple[RankReport | None, bool]:
+        """This test's report from ``worker`` if one came, and whether the pipe closed."""
+        try:
+            report = worker.conn.recv()
+        except (EOFError, OSError):
+            return None, True
+        if not isinstance(report, RankReport) or report.test_name != test_id:
+            logger.warning("rank %s sent a result for %r while %r was running; ignored",
+                           worker.rank, getattr(report, "test_name", report), test_id)
+            return None, False
+        return report, False
+
+
+# Upstream's older, misspelled name.
+MultiProcContinousTest = MultiProcContinuousTest
+
+
+class C10dTorchCommsTestBase(MultiProcContinuousTest):
+    """Reused workers whose process groups run on torchcomms (upstream's base class)."""
+
+    world_size: int = DEFAULT_WORLD_SIZE
+
+    @staticmethod
+    def backend(device: str) -> str:
+        for marker, name in (("cuda", "nccl"), ("hpu", "hccl"), ("xpu", "xccl")):
+            if marker in device:
+                return name
+        return "gloo"
+
+    @classmethod
+    def backend_str(cls) -> str:
+        device_type = cls.device_type() if callable(cls.device_type) else cls.device_type
+        return cls.backend(device_type)
+
+    def _skip_if_backend_unavailable(self, device: str) -> None:
+        from . import accelerators
+
+        name = self.backend(device)
+        flag = getattr(accelerators, f"TORCHCOMM_HAS_{name.upper()}", None)
+        if flag is not None and not flag:
+            self.skipTest(f"torchcomms {name} backend is not available")
+
+    @classmethod
+    def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:
+        from .stores import find_free_port
+
+        torch.distributed.config.use_torchcomms = True
+        os.environ.update({
+            "MASTER_ADDR": "localhost", "MASTER_PORT": str(find_free_port()),
+            "TORCHCOMM_RANK": str(rank), "TORCHCOMM_SIZE": str(world_size),
+            "TORCHCOMM_STORE_PATH": rdvz_file or "",
+        })
+        super()._init_pg(rank, world_size, rdvz_file)
+        backend = cls.backend_str()
+        accelerator = getattr(torch, "accelerator", None)
+        current = accelerator.current_accelerator() if accelerator is not None else None
+        if ("nccl" in backend or "xccl" in backend) and current is not None:
+            device = torch.device(f"{current.type}:{rank}")
+            torch.set_default_device(device)
+            accelerator.set_device_index(device)

@@ -1,0 +1,110 @@
+"""MultiProcContinuousTest: reused workers, failures that fail alone, any order.
+
+scenarios/continuous_faults.py runs once per order (forward, reverse, shuffled);
+the verdicts must be the same each time, and nothing may be left behind.
+"""
+
+import collections
+
+import pytest
+
+import distspawn
+from harness import run_python
+
+EXPECTED = {
+    "test_a_pass": "ok",
+    "test_b_fail_on_rank1": "FAIL",
+    "test_c_pass_after_failure": "ok",
+    "test_d_crash_on_rank0": "FAIL",
+    "test_e_skip_everywhere": "skipped 'not on this pool'",
+    "test_f_skip_some_fail_others": "FAIL",
+    "test_g_leaves_a_thread": "FAIL",
+    "test_h_destroys_the_group": "FAIL",
+    "test_i_pid_is_reused": "ok",
+    "test_j_exit_with_skip_code": "skipped 'Need at least 4 CUDA devices'",
+    "test_one": "ok",
+    "test_two": "ok",
+}
+
+
+@pytest.fixture(scope="module", params=["forward", "reverse", "shuffle"])
+def run(request, tmp_path_factory):
+    pid_log = tmp_path_factory.mktemp("pids") / "pids.txt"
+    result = run_python(["continuous_faults.py", "-v"], timeout=300, env={
+        "DISTSPAWN_TEST_ORDER": request.param, "DISTSPAWN_PID_LOG": str(pid_log)})
+    result.pids = collections.defaultdict(set)
+    for line in pid_log.read_text().splitlines():
+        test, _rank, pid = line.split()
+        result.pids[test].add(int(pid))
+    return result
+
+
+def test_same_verdicts_in_every_order_and_nothing_left(run):
+    for test, verdict in EXPECTED.items():
+        assert run.verdict_line(test).endswith(verdict), run.output
+    assert run.leftover_pids == []
+    assert run.leftover_files == []
+
+
+def test_failure_names_rank_and_the_next_test_gets_a_fresh_pool(run):
+    report = run.report("test_b_fail_on_rank1")
+    assert "1 of 2 ranks failed (rank 1)" in report
+    assert "rank one disagrees" in report
+    assert "a fresh pool serves the next test" in report
+    # The tests after a failure ran in other processes than the ones before it.
+    assert run.pids["test_a_pass"].isdisjoint(run.pids["test_c_pass_after_failure"])
+
+
+def test_passing_tests_share_their_workers(run):
+    assert len(run.pids["test_one"]) == 2
+    assert run.pids["test_one"] == run.pids["test_two"]
+
+
+def test_crash_is_named(run):
+    report = run.report("test_d_crash_on_rank0")
+    assert "rank 0: exited with code 3 without reporting a result" in report
+
+
+def test_skip_on_some_and_failure_on_others_reports_the_failure(run):
+    report = run.report("test_f_skip_some_fail_others")
+    assert "RuntimeError: rank 1 fails" in report
+
+
+def test_leftovers_fail_the_test_that_left_them(run):
+    assert "1 thread(s) still running: forgotten-sleeper" in run.report(
+        "test_g_leaves_a_thread")
+    assert "the class's default process group was destroyed or replaced" in run.report(
+        "test_h_destroys_the_group")
+
+
+def test_runs_under_pytest_too():
+    result = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         "continuous_faults.py", "-k", "test_a_pass or test_b_fail or test_c_pass"],
+                        timeout=300)
+    assert "1 failed, 2 passed" in result.output, result.output
+    assert result.leftover_pids == []
+
+
+def test_upstream_names():
+    assert distspawn.MultiProcContinousTest is distspawn.MultiProcContinuousTest
+    assert issubclass(distspawn.C10dTorchCommsTestBase, distspawn.MultiProcContinuousTest)
+    for name in ("backend_str", "opts", "device_type", "run_rank", "_init_pg",
+                 "_run_test_given_id"):
+        assert callable(getattr(distspawn.MultiProcContinuousTest, name)), name
+
+
+def test_run_rank_under_mp_spawn():
+    result = run_python(["continuous_run_rank.py"], timeout=120)
+    assert result.returncode == 0, result.output
+    assert "rank 0 of 2 ran test_all_reduce" in result.output
+    assert "rank 1 of 2 ran test_all_reduce" in result.output
+    assert result.leftover_pids == []
+
+
+def test_run_rank_under_torchrun():
+    result = run_python(["-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                         "2", "continuous_run_rank.py"], timeout=120)
+    assert result.returncode == 0, result.output
+    assert result.output.count("Ran 2 tests") == 2, result.output
+    assert "rank 1 of 2 ran test_all_reduce" in result.output
+    assert result.leftover_pids == []
