@@ -68,7 +68,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     ``device_type()``, ``timeout``, ``rank``, ``rdvz_file``, ``_init_pg`` and
     ``run_rank()``. Beyond upstream:
 
-    * ``start_method`` (``"spawn"`` default, ``"fork"``, ``"forkserver"``);
+    * ``start_method`` (as on MultiProcessTestCase: forkserver by default);
     * ``fresh_process_group_per_test = True`` gives each test its own group;
     * after each test a worker reports what the test left behind (threads,
       a replaced or leftover process group, CUDA memory) as a failure of it;

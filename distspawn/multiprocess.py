@@ -69,7 +69,9 @@ class MultiProcessTestCase(RankDispatchingTestCase):
 
     Class attributes beyond upstream's:
 
-    * ``start_method``: ``"spawn"`` (default), ``"fork"`` or ``"forkserver"``;
+    * ``start_method``: ``"forkserver"`` (default where available: fresh rank
+      processes forked from a server that loaded torch once), ``"spawn"``
+      (exactly upstream) or ``"fork"``;
       the ``DISTSPAWN_START_METHOD`` environment variable sets it for a run.
     * ``lenient_skips``: when True, use upstream's rule for ranks that disagree
       about skipping (rank 0 decides); by default that is a failure.
