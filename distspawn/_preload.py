@@ -12,6 +12,10 @@ try:
     import torch.distributed  # noqa: F401
     import torch.multiprocessing  # noqa: F401
     import torch.nn  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+    import torch.optim  # noqa: F401
+    # DistributedDataParallel imports dynamo on first use: 1.5 s per rank otherwise.
+    import torch._dynamo  # noqa: F401
 
     import distspawn  # noqa: F401
 except BaseException:  # noqa: BLE001 - see the module docstring

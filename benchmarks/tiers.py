@@ -1,0 +1,231 @@
+"""Per-test time and peak memory of every way to run distributed tests, side by side.
+
+Runs the same suites through upstream's harness (when ``torch.testing._internal``
+imports here) and through each distspawn tier, every combination in its own fresh
+interpreter, and prints seconds per test, peak RSS per rank and the ratio to
+upstream's spawn-per-test harness at the same world size.
+
+    python benchmarks/tiers.py                      # everything, world sizes 2 and 4
+    python benchmarks/tiers.py --world-sizes 2 --suites trivial --tiers forkserver,threads
+
+Suites: ``trivial`` (one gloo all_reduce) and ``ddp`` (a small DDP training step).
+Tiers: upstream-spawn, upstream-threads, spawn, forkserver, fork, reused, threads.
+Each configuration runs one warm-up test (server start, first imports), then
+``--tests`` timed tests (fewer for the spawn tiers, which take seconds each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+TIERS = ("upstream-spawn", "upstream-threads", "spawn", "forkserver", "fork", "reused",
+         "threads")
+SUITES = ("trivial", "ddp")
+SLOW_TIERS = ("upstream-spawn", "spawn")
+
+_TIER = os.environ.get("DISTSPAWN_BENCH_TIER")
+_SUITE = os.environ.get("DISTSPAWN_BENCH_SUITE", "trivial")
+_WORLD = int(os.environ.get("DISTSPAWN_BENCH_WS", "2"))
+_RSS_DIR = os.environ.get("DISTSPAWN_BENCH_RSS_DIR")
+
+
+def _record_rss(rank: int) -> None:
+    if _RSS_DIR:
+        peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with open(os.path.join(_RSS_DIR, f"{os.getpid()}-{rank}"), "w") as f:
+            f.write(str(peak_kb))
+
+
+def _body(rank: int, world_size: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    if _SUITE == "trivial":
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        assert t[0].item() == world_size
+    else:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                        torch.nn.Linear(32, 4)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.randn(8, 16)).sum().backward()
+            optimizer.step()
+    _record_rss(rank)
+
+
+def _build_case():
+    """The test class for this interpreter's tier (rank processes import it too)."""
+    if _TIER is None:
+        return None
+    import torch.distributed as dist
+
+    if _TIER.startswith("upstream"):
+        from torch.testing._internal import common_distributed as harness
+    else:
+        import distspawn as harness
+
+    def init(self):
+        dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size,
+                                init_method=f"file://{self.file_name}")
+
+    if _TIER in ("upstream-threads", "threads"):
+        class Case(harness.MultiThreadedTestCase):
+            world_size = property(lambda self: _WORLD)
+
+            def setUp(self):
+                super().setUp()
+                self._spawn_threads()
+
+            def test_body(self):
+                _body(self.rank, self.world_size)
+    elif _TIER == "reused":
+        class Case(harness.MultiProcContinuousTest):
+            world_size = _WORLD
+
+            @classmethod
+            def backend_str(cls):
+                return "gloo"
+
+            def test_body(self):
+                _body(self.rank, self.world_size)
+    else:
+        class Case(harness.MultiProcessTestCase):
+            world_size = property(lambda self: _WORLD)
+            if not _TIER.startswith("upstream"):
+                start_method = _TIER
+
+            def setUp(self):
+                super().setUp()
+                self._spawn_processes()
+
+            def test_body(self):
+                init(self)
+                try:
+                    _body(self.rank, self.world_size)
+                finally:
+                    dist.destroy_process_group()
+    # Rank processes find the class by name: make it a plain module-level one.
+    Case.__name__ = Case.__qualname__ = "Case"
+    return Case
+
+
+Case = _build_case()
+
+
+def _child(tests: int) -> dict:
+    """In this interpreter: one warm-up test, then ``tests`` timed ones."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    rss_dir = _RSS_DIR
+    result = unittest.TestResult()
+    if Case is not None and hasattr(Case, "setUpClass"):
+        Case.setUpClass()
+    try:
+        Case("test_body").run(result)
+        for name in os.listdir(rss_dir):
+            os.remove(os.path.join(rss_dir, name))
+        started = time.perf_counter()
+        for _ in range(tests):
+            Case("test_body").run(result)
+        elapsed = time.perf_counter() - started
+    finally:
+        Case.tearDownClass()
+    problems = result.failures + result.errors
+    if problems:
+        return {"error": problems[0][1][-400:]}
+    if result.skipped:
+        return {"error": f"skipped: {result.skipped[0][1]}"}
+    peaks = [int(open(os.path.join(rss_dir, n)).read()) for n in os.listdir(rss_dir)]
+    return {"per_test_s": elapsed / tests, "peak_rss_mb": max(peaks) / 1024 if peaks else None}
+
+
+def _run_config(tier: str, suite: str, world_size: int, tests: int) -> dict:
+    with tempfile.TemporaryDirectory() as rss_dir:
+        env = dict(os.environ, DISTSPAWN_BENCH_TIER=tier, DISTSPAWN_BENCH_SUITE=suite,
+                   DISTSPAWN_BENCH_WS=str(world_size), DISTSPAWN_BENCH_RSS_DIR=rss_dir)
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child",
+                              "--tests", str(tests)], env=env, capture_output=True,
+                             text=True, check=False)
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"error": f"exit {out.returncode}: {tail[0][:200]}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiers", default=",".join(TIERS),
+                        help=f"comma-separated, from: {', '.join(TIERS)}")
+    parser.add_argument("--suites", default=",".join(SUITES),
+                        help=f"comma-separated, from: {', '.join(SUITES)}")
+    parser.add_argument("--world-sizes", default="2,4", help="comma-separated (default 2,4)")
+    parser.add_argument("--tests", type=int, default=30,
+                        help="timed tests per fast configuration (default 30)")
+    parser.add_argument("--slow-tests", type=int, default=3,
+                        help="timed tests per spawn configuration (default 3)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print("RESULT " + json.dumps(_child(args.tests)))
+        return 0
+
+    def choices(text, allowed, what):
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        bad = [v for v in values if v not in allowed]
+        if bad:
+            parser.error(f"--{what}: unknown {', '.join(bad)}; choose from {', '.join(allowed)}")
+        return values
+
+    tiers = choices(args.tiers, TIERS, "tiers")
+    suites = choices(args.suites, SUITES, "suites")
+    try:
+        world_sizes = [int(v) for v in args.world_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--world-sizes: expected integers like 2,4, got {args.world_sizes!r}")
+
+    print(f"{'suite':<8} {'ws':>2}  {'tier':<17} {'s/test':>9} {'peak RSS/rank':>14} "
+          f"{'vs upstream-spawn':>18}")
+    failed = False
+    for suite in suites:
+        for world_size in world_sizes:
+            reference = None
+            for tier in tiers:
+                tests = args.slow_tests if tier in SLOW_TIERS else args.tests
+                result = _run_config(tier, suite, world_size, tests)
+                if "error" in result:
+                    failed = failed or not tier.startswith("upstream")
+                    print(f"{suite:<8} {world_size:>2}  {tier:<17} not measured: "
+                          f"{result['error']}")
+                    continue
+                seconds = result["per_test_s"]
+                if tier == "upstream-spawn":
+                    reference = seconds
+                rss = result["peak_rss_mb"]
+                rss_text = "-" if rss is None else f"{rss:.0f} MB"
+                if tier in ("threads", "upstream-threads"):
+                    rss_text += " (all)"
+                ratio = (f"{reference / seconds:.0f}x faster"
+                         if reference and tier != "upstream-spawn" else "-")
+                print(f"{suite:<8} {world_size:>2}  {tier:<17} {seconds:>8.3f}s {rss_text:>14} "
+                      f"{ratio:>18}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
