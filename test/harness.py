@@ -74,6 +74,13 @@ def _marked_now(marker: str) -> list[int]:
     return found
 
 
+def _is_torch_cache(relative: Path) -> bool:
+    # torch's persistent compile cache ($TMPDIR/torchinductor_$USER), made by
+    # any import of torch._dynamo (the forkserver preloads it for DDP): not a
+    # test's temp file.
+    return relative.parts[0].startswith("torchinductor_")
+
+
 def run_python(args: list[str], env: dict[str, str] | None = None, timeout: float = 300,
                cwd: Path = SCENARIOS) -> Run:
     """Run ``python *args`` with a private TMPDIR; report what it left behind."""
@@ -85,5 +92,6 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout)
         elapsed = time.monotonic() - started
-        leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*"))
+        leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
+                           if not _is_torch_cache(p.relative_to(tmp)))
     return Run(proc.returncode, proc.stdout, leftovers, processes_with_marker(marker), elapsed)

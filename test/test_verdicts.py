@@ -109,3 +109,16 @@ def test_skip_return_code_checks_ignores_exit_codes(faults):
 
 def test_special_return_code_checks_expects_that_code(faults):
     assert faults.verdict_line("test_abort_is_expected").endswith("... ok")
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_every_start_method_gives_the_same_verdicts(faults, start_method):
+    # faults ran with the default (the preloaded forkserver); the others must agree.
+    other = run_python(["faults.py", "-v"], env={"DISTSPAWN_START_METHOD": start_method})
+
+    def verdicts(run):
+        return sorted(line.split(" (")[0] + " " + line.rsplit(" ... ", 1)[1]
+                      for line in run.output.splitlines() if " ... " in line)
+
+    assert verdicts(other) == verdicts(faults)
+    assert other.leftover_pids == []
