@@ -74,7 +74,7 @@ def _marked_now(marker: str) -> list[int]:
     return found
 
 
-def _is_torch_cache(relative: Path) -> bool:
+def is_torch_cache(relative: Path) -> bool:
     # torch's persistent compile cache ($TMPDIR/torchinductor_$USER), made by
     # any import of torch._dynamo (the forkserver preloads it for DDP): not a
     # test's temp file.
@@ -93,5 +93,5 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
                               timeout=timeout)
         elapsed = time.monotonic() - started
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
-                           if not _is_torch_cache(p.relative_to(tmp)))
+                           if not is_torch_cache(p.relative_to(tmp)))
     return Run(proc.returncode, proc.stdout, leftovers, processes_with_marker(marker), elapsed)

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import MARKER_VAR, SCENARIOS, processes_with_marker, run_python
+from harness import MARKER_VAR, SCENARIOS, processes_with_marker, run_python, is_torch_cache
 
 
 def test_fifty_harness_tests_leave_nothing_behind():
@@ -61,4 +61,5 @@ def test_ctrl_c_in_the_parent_ends_every_rank():
         assert ended_after < 10, f"parent took {ended_after:.1f}s to stop after Ctrl-C"
         assert not [pid for pid in pids if _alive(pid)]
         assert processes_with_marker("ctrl-c") == []
-        assert [p.name for p in Path(tmp).iterdir()] == ["pids"]
+        left = [p.name for p in Path(tmp).iterdir() if not is_torch_cache(Path(p.name))]
+        assert left == ["pids"]
