@@ -1,0 +1,44 @@
+"""python -m distspawn: the backend x world-size matrix, its summary, JUnit XML, exit codes."""
+
+import xml.etree.ElementTree as ET
+
+from harness import run_python
+
+
+def test_matrix_runs_each_cell_and_reports(tmp_path):
+    junit = tmp_path / "matrix.xml"
+    run = run_python(["-m", "distspawn", "matrix_suite.py", "--backend", "gloo,nccl",
+                      "--world-size", "2,3", "--junit-xml", str(junit)], timeout=300)
+    assert run.returncode == 1, run.output  # test_fails_at_3 fails in the ws=3 cell
+    assert "[1/4] gloo ws=2 ... 2/0/1" in run.output
+    assert "[2/4] gloo ws=3 ... 1/1/1" in run.output
+    assert "[3/4] nccl ws=2 ... skipped: nccl" in run.output
+    assert "cells: passed/failed/skipped and time" in run.output
+    assert run.leftover_pids == []
+    suites = {s.get("name"): s for s in ET.parse(junit).getroot()}
+    assert sorted(suites) == ["gloo.ws2", "gloo.ws3", "nccl.ws2", "nccl.ws3"]
+    assert (suites["gloo.ws2"].get("tests"), suites["gloo.ws2"].get("failures"),
+            suites["gloo.ws2"].get("skipped")) == ("3", "0", "1")
+    assert suites["gloo.ws3"].get("failures") == "1"
+    assert suites["nccl.ws2"].get("skipped") == "1"
+
+
+def test_matrix_exits_zero_when_nothing_failed():
+    run = run_python(["-m", "distspawn", "matrix_suite.py", "--world-size", "2"], timeout=300)
+    assert run.returncode == 0, run.output
+    assert "gloo     2/0/1" in run.output
+
+
+def test_help_explains_every_option_with_an_example():
+    run = run_python(["-m", "distspawn", "--help"], timeout=60)
+    assert run.returncode == 0
+    for option in ("--backend", "--world-size", "--junit-xml", "-k", "examples:",
+                   "python -m distspawn test/test_distributed_spawn.py --backend gloo"):
+        assert option in run.output, option
+
+
+def test_bad_world_size_is_a_usage_error():
+    run = run_python(["-m", "distspawn", "matrix_suite.py", "--world-size", "2,zero"],
+                     timeout=60)
+    assert run.returncode == 2
+    assert "--world-size: 'zero' is not an integer >= 1" in run.output
