@@ -37,6 +37,7 @@ from .multiprocess import validate_world_size
 from .protocol import RankReport
 from .supervisor import end_processes
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
+from .worker import class_ref
 from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
 
 __all__ = ["C10dTorchCommsTestBase", "MultiProcContinuousTest", "MultiProcContinousTest"]
@@ -207,7 +208,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             parent_end, child_end = mp.Pipe()
             process = process_class(
                 target=worker_loop, name=f"{cls.__name__} rank {rank}", daemon=True,
-                args=(cls, rank, world_size, rdvz_file, child_end, os.getpid(), environ))
+                args=(class_ref(cls), rank, world_size, rdvz_file, child_end, os.getpid(),
+                      environ))
             process.start()
             child_end.close()
             workers.append(_Worker(rank, process, parent_end))

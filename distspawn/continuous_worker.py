@@ -9,7 +9,6 @@ test's. After each test the worker looks for what the test left behind
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -24,7 +23,14 @@ import torch.distributed as c10d
 from .protocol import RankReport, ReportStatus
 from .skips import SKIP_MESSAGE_BY_EXIT_CODE
 from .testcase import set_rng_seed
-from .worker import _die_with_parent, exit_code_of, format_user_exception
+from .worker import (
+    ClassRef,
+    _die_with_parent,
+    adopt_environment,
+    exit_code_of,
+    format_user_exception,
+    resolve_class,
+)
 
 # How long threads a test started get to finish before they count as leaked.
 THREAD_GRACE_S = 1.0
@@ -92,13 +98,12 @@ def _run_one(cls: type, rank: int, world_size: int, test_id: str) -> RankReport:
     return RankReport(rank, test_id, ReportStatus.PASSED)
 
 
-def worker_loop(cls: type, rank: int, world_size: int, rdvz_file: str, conn: Connection,
-                parent_pid: int, environ: dict[str, str]) -> None:
+def worker_loop(cls: ClassRef | type, rank: int, world_size: int, rdvz_file: str,
+                conn: Connection, parent_pid: int, environ: dict[str, str]) -> None:
     """Target of each reused rank process: set up once, then serve tasks."""
     _die_with_parent(parent_pid)
-    if environ != os.environ:
-        os.environ.clear()
-        os.environ.update(environ)
+    adopt_environment(environ)
+    cls = resolve_class(cls)
     cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file
     init_skip = None
     try:

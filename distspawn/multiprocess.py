@@ -148,13 +148,14 @@ class MultiProcessTestCase(RankDispatchingTestCase):
                 log_path=os.path.join(self._work_dir, f"rank-{rank}.log"),
                 stack_path=os.path.join(self._work_dir, f"rank-{rank}.stack"),
             )
-            process = proc(
-                target=worker.child_main,
-                name=f"process {rank}",
-                args=(type(self), rank, test_name, self.file_name, control_child,
-                      results_child, files, os.getpid(), run_kwargs, environ),
-            )
             try:
+                process = proc(
+                    target=worker.child_main,
+                    name=f"process {rank}",
+                    args=(worker.class_ref(type(self)), rank, test_name, self.file_name,
+                          control_child, results_child, files, os.getpid(), run_kwargs,
+                          environ),
+                )
                 process.start()
             except Exception as exc:
                 for conn in (control_parent, control_child, results_parent, results_child):

@@ -9,7 +9,9 @@ parent however the test ends.
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -106,6 +108,34 @@ def _chain(summary: traceback.TracebackException):
         summary = summary.__cause__ or summary.__context__
 
 
+ClassRef = tuple  # (module name, qualified name) of a test class
+
+
+def class_ref(cls: type) -> ClassRef:
+    """How a rank finds ``cls``: by name, imported only once the rank's environment
+    is the test process's (a forked server's environment may be stale). Raises
+    ``pickle.PicklingError`` here, in the test process, if a rank could not."""
+    pickle.dumps(cls)
+    return (cls.__module__, cls.__qualname__)
+
+
+def resolve_class(ref: ClassRef | type) -> type:
+    if isinstance(ref, type):
+        return ref
+    module_name, qualname = ref
+    found: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def adopt_environment(environ: dict[str, str] | None) -> None:
+    """Take the test process's environment as it was when it started this rank."""
+    if environ is not None and environ != os.environ:
+        os.environ.clear()
+        os.environ.update(environ)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     # If the parent is killed outright it cannot end us; let the kernel do it.
     if not sys.platform.startswith("linux"):
@@ -145,7 +175,7 @@ def _register_stack_dump(stack_path: str):
 
 
 def child_main(
-    cls: type,
+    cls: ClassRef | type,
     rank: int,
     test_name: str,
     file_name: str,
@@ -164,13 +194,12 @@ def child_main(
     """
     global _reporter
     _die_with_parent(parent_pid)
-    if environ is not None and environ != os.environ:
-        os.environ.clear()
-        os.environ.update(environ)
+    adopt_environment(environ)
     _redirect_output(files.log_path)
     stack_file = _register_stack_dump(files.stack_path)
     _reporter = reporter = ResultReporter(result_conn, rank, test_name)
     try:
+        cls = resolve_class(cls)
         cls._run(rank, test_name, file_name, control_conn, **run_kwargs)
     except SystemExit as exc:
         reporter.send(ReportStatus.EXITED, exit_code=exit_code_of(exc))

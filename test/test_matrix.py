@@ -42,3 +42,13 @@ def test_bad_world_size_is_a_usage_error():
                      timeout=60)
     assert run.returncode == 2
     assert "--world-size: 'zero' is not an integer >= 1" in run.output
+
+
+def test_the_conformance_entry_file_under_pytest_on_the_default_forkserver():
+    # Ranks are forked from a server started during an earlier test, whose
+    # TEMP_DIR is gone: the rank must import the test module only after taking
+    # the test process's environment.
+    run = run_python(["-m", "distspawn", "../test_distributed_spawn.py", "--backend", "gloo",
+                      "--world-size", "2"], timeout=300)
+    assert run.returncode == 0, run.output
+    assert "gloo     15/0/1" in run.output
