@@ -108,3 +108,28 @@ def test_run_rank_under_torchrun():
     assert result.output.count("Ran 2 tests") == 2, result.output
     assert "rank 1 of 2 ran test_all_reduce" in result.output
     assert result.leftover_pids == []
+
+
+def test_two_torchrun_nodes_on_loopback():
+    """Two torchrun agents on this machine act as two nodes (static rendezvous)."""
+    import os
+    import subprocess
+    import sys
+
+    from distspawn import find_free_port
+    from harness import MARKER_VAR, SCENARIOS, processes_with_marker
+
+    port = str(find_free_port())
+    env = {**os.environ, MARKER_VAR: "two-nodes"}
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
+         "1", "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", port,
+         "--rdzv-backend", "static", "continuous_run_rank.py"],
+        cwd=SCENARIOS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for node in (0, 1)]
+    outputs = [agent.communicate(timeout=120)[0] for agent in agents]
+    for node, (agent, output) in enumerate(zip(agents, outputs)):
+        assert agent.returncode == 0, output
+        assert f"rank {node} of 2 ran test_all_reduce" in output  # each node, its own rank
+        assert "Ran 2 tests" in output and "OK" in output
+    assert processes_with_marker("two-nodes") == []
