@@ -14,8 +14,8 @@ try:
     import torch.nn  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     import torch.optim  # noqa: F401
-    # DistributedDataParallel imports dynamo on first use: 1.5 s per rank otherwise.
-    import torch._dynamo  # noqa: F401
+    # Not torch._dynamo (DDP imports it on first use, 1.4 s per rank): ranks
+    # forked from a server that imported it hang now and then.
 
     import distspawn  # noqa: F401
 except BaseException:  # noqa: BLE001 - see the module docstring

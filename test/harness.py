@@ -76,8 +76,7 @@ def _marked_now(marker: str) -> list[int]:
 
 def is_torch_cache(relative: Path) -> bool:
     # torch's persistent compile cache ($TMPDIR/torchinductor_$USER), made by
-    # any import of torch._dynamo (the forkserver preloads it for DDP): not a
-    # test's temp file.
+    # any import of torch._dynamo (DDP imports it): not a test's temp file.
     return relative.parts[0].startswith("torchinductor_")
 
 
