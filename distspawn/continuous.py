@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 
 from . import launch
 from .continuous_worker import Task, worker_loop
+from .dist_backend import backend_is_available
 from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from .multiprocess import validate_world_size
 from .protocol import RankReport
@@ -192,11 +193,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     def _start_pool(cls) -> _Pool:
         world_size = cls._resolve_world_size()
         backend = cls.backend_str()
-        if backend is not None and backend not in c10d.Backend.backend_list:
-            raise unittest.SkipTest(f"backend {backend!r} is not built into this torch")
-        checks = {"nccl": c10d.is_nccl_available, "gloo": c10d.is_gloo_available,
-                  "mpi": c10d.is_mpi_available, "ucc": c10d.is_ucc_available}
-        if backend in checks and not checks[backend]():
+        if backend is not None and not backend_is_available(backend):
             raise unittest.SkipTest(f"backend {backend!r} is not available in this torch")
         method = launch.resolve_start_method(cls.start_method, f"{cls.__name__}.start_method")
         process_class = launch.process_class(method)

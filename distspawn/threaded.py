@@ -147,20 +147,19 @@ def _rank_thread_main(session: ThreadedSession, rank: int, body: Callable[[], No
 
 def _run_rank(session: ThreadedSession, rank: int, body: Callable[[], None]) -> None:
     _context.session, _context.rank = session, rank
-    how = "passed"
     try:
         body()
-    except BaseException as exc:  # noqa: BLE001 - every way a rank ends is a result
-        how = f"raised {type(exc).__name__}"
+    except BaseException:  # noqa: BLE001 - every way a rank ends is a result
         record_rank_failure(rank, sys.exc_info())
     finally:
         _context.session = _context.rank = None
-        failures = [e for r, (_, e, _) in _record_of(session).failures if r == rank]
-        if failures and how == "passed":
-            how = ("skipped" if isinstance(failures[-1], unittest.SkipTest)
-                   else f"raised {type(failures[-1]).__name__}")
+        # How it ended, for deadlock reports: the rank's own first recorded failure.
+        record = _record_of(session)
+        first = next((e for r, (_, e, _) in record.failures if r == rank), None)
+        how = ("passed" if first is None else "skipped" if isinstance(first, unittest.SkipTest)
+               else f"raised {type(first).__name__}")
         session.rank_finished(rank, how)
-        _record_of(session).note_finished(rank)
+        record.note_finished(rank)
 
 
 def _start_rank_threads(session: ThreadedSession, world_size: int,
