@@ -39,7 +39,15 @@ from .protocol import RankReport
 from .supervisor import end_processes
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
 from .worker import class_ref
-from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
+from .world_sizes import variants_of
+from .verdict import (
+    RankFailure,
+    RankOutcome,
+    ReturnCodePolicy,
+    VerdictKind,
+    decide_verdict,
+    is_decisive,
+)
 
 __all__ = ["C10dTorchCommsTestBase", "MultiProcContinuousTest", "MultiProcContinousTest"]
 
@@ -156,6 +164,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                     c10d.destroy_process_group()
         else:
             cls._end_pool()
+            for variant in variants_of(cls):  # pools of sizes the pytest plugin asked for
+                variant._end_pool()
         super().tearDownClass()
 
     # -- dispatch ------------------------------------------------------------------
@@ -264,10 +274,9 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         if verdict.kind is VerdictKind.PASS:
             return
         elapsed = time.monotonic() - started
-        raise self.failureException(
+        raise RankFailure(
             f"{test_id} failed after {elapsed:.1f}s on reused workers (a fresh pool serves "
-            f"the next test)\n{verdict.message}\n\nRe-run just this test:\n"
-            f"  {rerun_command(self)}")
+            "the next test)", verdict, f"Re-run just this test:\n  {rerun_command(self)}")
 
     def _run_on_pool(self, pool: _Pool, task: Task) -> list[RankOutcome]:
         outcomes = {w.rank: RankOutcome(w.rank, pid=w.process.pid) for w in pool.workers}

@@ -36,7 +36,7 @@ from .protocol import Event
 from .skips import TEST_SKIPS
 from .supervisor import RankProcess, RankSupervisor, end_processes
 from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
-from .verdict import ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
+from .verdict import RankFailure, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
 
 logger = logging.getLogger(__name__)
 
@@ -298,8 +298,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         header = f"{self.id()} failed after {elapsed_time:.1f}s"
         if any(o.timed_out for o in self._rank_outcomes):
             header += f" (deadline {self._timeout_s}s)"
-        raise self.failureException(
-            f"{header}\n{verdict.message}\n\nRe-run just this test:\n  {rerun_command(self)}")
+        raise RankFailure(header, verdict, f"Re-run just this test:\n  {rerun_command(self)}")
 
     def _check_no_test_errors(self, elapsed_time: float) -> None:
         """Fail only if a rank raised or ran out of time (exit codes are not judged)."""
@@ -307,8 +306,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         policy = ReturnCodePolicy(check_exit_codes=False)
         verdict = decide_verdict(self._rank_outcomes, policy)
         if verdict.kind is VerdictKind.FAIL:
-            raise self.failureException(
-                f"{self.id()} failed after {elapsed_time:.1f}s\n{verdict.message}")
+            raise RankFailure(f"{self.id()} failed after {elapsed_time:.1f}s", verdict)
 
     @property
     def is_master(self) -> bool:

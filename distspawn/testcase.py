@@ -261,9 +261,12 @@ def rerun_command(test: unittest.TestCase) -> str:
     if path:
         relative = os.path.relpath(path)
         path = relative if not relative.startswith("..") else path
-    # pytest names the running test here; a child of a pytest run inherits a stale value.
-    if f"::{name}" in os.environ.get("PYTEST_CURRENT_TEST", "") and path:
-        return f"python -m pytest '{path}::{cls.__qualname__.replace('.', '::')}::{name}'"
+    # pytest names the running test here ("path::Cls::test_x[ws2] (call)"); a child
+    # of a pytest run inherits a stale value, hence the name check.
+    node = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    item = node.rsplit("::", 1)[-1]
+    if path and (item == name or item.startswith(name + "[")):
+        return f"python -m pytest '{path}::{cls.__qualname__.replace('.', '::')}::{item}'"
     if cls.__module__ in ("__main__", "__mp_main__") and path:
         return f"python {path} {cls.__qualname__}.{name}"
     return f"python -m unittest {cls.__module__}.{cls.__qualname__}.{name}"

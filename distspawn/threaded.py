@@ -32,7 +32,7 @@ from .skips import SKIP_MESSAGE_BY_EXIT_CODE
 from .testcase import RankDispatchingTestCase
 from .thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
 from .threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
-from .verdict import RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
+from .verdict import RankFailure, RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
 from .worker import exit_code_of, format_user_exception
 
 __all__ = ["MultiThreadedTestCase", "spawn_threads_and_init_comms"]
@@ -395,7 +395,7 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         header = f"{name} failed on the threaded backend"
         if any(isinstance(e, RankTimedOut) for _, (_, e, _) in failed_ranks):
             header += f" (deadline {timeout:g} s)"
-        raise cls.failureException(f"{header}\n{verdict.message}")
+        raise RankFailure(header, verdict)
 
     def assertEqualOnRank(self, x: Any, y: Any, msg: Any = None, *, rank: int = 0) -> None:  # noqa: N802
         """``assertEqual`` checked on ``rank`` only."""

@@ -65,9 +65,20 @@ class VerdictKind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class RankFailureDetail:
+    """One failing rank, for reports that show each rank in its own section."""
+
+    rank: int
+    problem: str  # e.g. "raised an exception", "crashed with SIGSEGV (exit code -11)"
+    details: str  # its traceback or stack and output tail, indented; may be empty
+
+
+@dataclass(frozen=True)
 class Verdict:
     kind: VerdictKind
     message: str = ""
+    summary: str = ""  # for FAIL: the message without each rank's details
+    failed_ranks: tuple[RankFailureDetail, ...] = ()
 
 
 def skip_reason(outcome: RankOutcome) -> str | None:
@@ -122,8 +133,9 @@ def is_decisive(outcome: RankOutcome, policy: ReturnCodePolicy) -> bool:
     return outcome.exit_code is not None and rank_problem(outcome, policy) is not None
 
 
-def _describe_rank(outcome: RankOutcome, problem: str) -> str:
-    lines = [f"rank {outcome.rank}: {problem}"]
+def _rank_details(outcome: RankOutcome) -> str:
+    """What a failing rank left behind: its traceback or stack, then its output tail."""
+    lines = []
     details = outcome.report.traceback if outcome.status is ReportStatus.FAILED else None
     details = details or outcome.legacy_error
     if details:
@@ -159,14 +171,21 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
     if problems:
         names = ", ".join(str(o.rank) for o, _ in problems)
         plural = "s" if len(problems) > 1 else ""
-        parts = [f"{len(problems)} of {world} ranks failed (rank{plural} {names}):"]
-        parts.extend(_describe_rank(o, p) for o, p in problems)
+        head = f"{len(problems)} of {world} ranks failed (rank{plural} {names}):"
+        failed = tuple(RankFailureDetail(o.rank, p, _rank_details(o)) for o, p in problems)
         blamed = {o.rank for o, _ in problems}
         ended = [o.rank for o in outcomes if o.ended_by_harness and o.rank not in blamed]
+        tail = []
         if ended:
-            parts.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
-                         "still running when the failure was known; ended by distspawn")
-        return Verdict(VerdictKind.FAIL, "\n".join(parts))
+            tail.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
+                        "still running when the failure was known; ended by distspawn")
+        full = [head]
+        for item in failed:
+            full.append(f"rank {item.rank}: {item.problem}")
+            if item.details:
+                full.append(item.details)
+        summary = [head, *(f"rank {item.rank}: {item.problem}" for item in failed), *tail]
+        return Verdict(VerdictKind.FAIL, "\n".join(full + tail), "\n".join(summary), failed)
 
     if not policy.check_exit_codes:
         return Verdict(VerdictKind.PASS)
@@ -191,3 +210,19 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
     if policy.skips_pass:
         return Verdict(VerdictKind.PASS, _skip_summary(skipped))
     return Verdict(VerdictKind.SKIP, _skip_summary(skipped))
+
+
+class RankFailure(AssertionError):
+    """A test failed on one or more ranks.
+
+    ``str()`` is the whole report (every failing rank's traceback and output
+    tail), as unittest shows it. ``summary`` and ``failed_ranks`` hold the same
+    facts split up, so the pytest plugin can give each rank its own section.
+    """
+
+    def __init__(self, header: str, verdict: Verdict, footer: str = "") -> None:
+        tail = f"\n\n{footer}" if footer else ""
+        super().__init__(f"{header}\n{verdict.message}{tail}")
+        # The verdict first: pytest's one-line summary shows the first line.
+        self.summary = f"{verdict.summary or verdict.message}\n({header}){tail}"
+        self.failed_ranks = verdict.failed_ranks

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import world_sizes
 from .environment import TEST_ERROR_EXIT_CODE
 from .protocol import RankReport, ReportStatus
 
@@ -108,25 +109,26 @@ def _chain(summary: traceback.TracebackException):
         summary = summary.__cause__ or summary.__context__
 
 
-ClassRef = tuple  # (module name, qualified name) of a test class
+ClassRef = tuple  # (module name, qualified name, world size of a sized variant or None)
 
 
 def class_ref(cls: type) -> ClassRef:
     """How a rank finds ``cls``: by name, imported only once the rank's environment
     is the test process's (a forked server's environment may be stale). Raises
     ``pickle.PicklingError`` here, in the test process, if a rank could not."""
-    pickle.dumps(cls)
-    return (cls.__module__, cls.__qualname__)
+    base = world_sizes.base_class(cls)
+    pickle.dumps(base)
+    return (base.__module__, base.__qualname__, world_sizes.variant_size(cls))
 
 
 def resolve_class(ref: ClassRef | type) -> type:
     if isinstance(ref, type):
         return ref
-    module_name, qualname = ref
+    module_name, qualname, size = ref
     found: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
     for part in qualname.split("."):
         found = getattr(found, part)
-    return found
+    return found if size is None else world_sizes.sized_class(found, size)
 
 
 def adopt_environment(environ: dict[str, str] | None) -> None:

@@ -1,0 +1,115 @@
+"""One test class, several world sizes.
+
+The pytest plugin turns ``@pytest.mark.world_size(2, 4)`` (or a class's
+``world_sizes = (2, 4)``) into one test item per size. Each item runs on a
+*sized variant* of the class: a subclass whose only change is ``world_size``,
+so every tier (processes, threads, reused workers) sees the size through the
+attribute it already reads, in the test process and in every rank. A rank
+finds the variant again from (module, qualified name, size), see
+``worker.class_ref``.
+
+Sizes above what this machine can give are skipped with a reason, never run
+oversubscribed by accident: ``DISTSPAWN_MAX_WORLD_SIZE`` sets the cap; by
+default it is twice the usable CPUs (at least 4) for CPU ranks and the device
+count for one-device-per-rank tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"
+
+_VARIANT_OF = "_distspawn_variant_of"  # set on a sized variant: the class it sizes
+_VARIANTS = "_distspawn_variants"  # set on a sized class: {size: variant}
+
+
+def sized_class(cls: type, world_size: int) -> type:
+    """The variant of ``cls`` that runs on ``world_size`` ranks (made once, then reused)."""
+    base = base_class(cls)
+    variants = base.__dict__.get(_VARIANTS)
+    if variants is None:
+        variants = {}
+        setattr(base, _VARIANTS, variants)
+    variant = variants.get(world_size)
+    if variant is None:
+        # Same module and qualified name: test ids, rerun hints and upstream's
+        # id-based lookups (timeouts, slow-test lists) stay those of the class.
+        variant = type(base.__name__, (base,), {
+            "world_size": world_size,
+            _VARIANT_OF: base,
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+        })
+        variants[world_size] = variant
+    return variant
+
+
+def base_class(cls: type) -> type:
+    """The class a sized variant was made from (``cls`` itself otherwise)."""
+    return cls.__dict__.get(_VARIANT_OF, cls)
+
+
+def variant_size(cls: type) -> int | None:
+    """The world size a sized variant fixes, or None for an ordinary class."""
+    return cls.__dict__["world_size"] if _VARIANT_OF in cls.__dict__ else None
+
+
+def variants_of(cls: type) -> list[type]:
+    """Every sized variant made from ``cls`` so far."""
+    return list(cls.__dict__.get(_VARIANTS, {}).values())
+
+
+def parse_world_sizes(values: Iterable[Any], where: str) -> list[int]:
+    """Check a list of requested world sizes; a clear error names ``where``."""
+    values = list(values)
+    if not values:
+        raise ValueError(f"{where}: give at least one world size, e.g. world_size(2, 4)")
+    sizes = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{where}: world sizes must be integers >= 1, got {value!r} in {values!r}")
+        if value not in sizes:
+            sizes.append(value)
+    return sizes
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _device_count() -> int:
+    # device_count() does not initialise the device runtime in this process.
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None:
+        return accelerator.device_count()
+    return torch.cuda.device_count()
+
+
+def machine_max_world_size(per_device: bool = False) -> tuple[int, str]:
+    """The largest world size this machine gives, and where that figure comes from."""
+    configured = os.environ.get(MAX_WORLD_SIZE_VAR)
+    if configured:
+        try:
+            value = int(configured)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(
+                f"{MAX_WORLD_SIZE_VAR}={configured!r} is not valid; expected an integer >= 1")
+        return value, f"{MAX_WORLD_SIZE_VAR}={value}"
+    if per_device:
+        count = _device_count()
+        return count, f"{count} accelerator device(s), one per rank"
+    cpus = _usable_cpus()
+    cap = max(4, 2 * cpus)
+    return cap, f"{cpus} usable CPU(s): at most {cap} ranks; set {MAX_WORLD_SIZE_VAR} to change"

@@ -1,0 +1,114 @@
+"""The pytest plugin: world-size items, caps, rank-labelled reports, -k, --lf, node ids, xdist."""
+
+import re
+import xml.etree.ElementTree as ET
+
+from harness import run_python
+
+FILE = "plugin_sizes.py"
+SIZED = ["Processes::test_sum[ws2]", "Processes::test_sum[ws3]",
+         "Processes::test_too_big[ws2]", "Processes::test_plain",
+         "Threads::test_world[ws2]", "Threads::test_world[ws4]",
+         "Reused::test_world[ws2]", "Reused::test_world[ws3]",
+         "Reused::test_again[ws2]", "Reused::test_again[ws3]"]
+
+
+def pytest_run(*args, env=None):
+    return run_python(["-m", "pytest", *args], env=env, timeout=300)
+
+
+def outcomes(output):
+    """{node id: PASSED/FAILED/SKIPPED} from pytest -v (also -n: '[gw0] PASSED id')."""
+    found = {}
+    for line in output.splitlines():
+        match = re.search(r"(\S+\.py::\S+) (PASSED|FAILED|SKIPPED|ERROR)", line) or \
+            re.search(r"(PASSED|FAILED|SKIPPED|ERROR) (\S+\.py::\S+)", line)
+        if match:
+            a, b = match.groups()
+            node, verdict = (a, b) if "::" in a else (b, a)
+            found[node.split("::", 1)[1]] = verdict
+    return found
+
+
+def test_one_item_per_world_size_with_a_cap_and_rank_sections():
+    run = pytest_run(FILE, "-v", "-rfs", "-p", "no:cacheprovider")
+    assert run.returncode == 1, run.output
+    seen = outcomes(run.output)
+    for node in SIZED:
+        assert seen.get(node) == "PASSED", (node, run.output)
+    assert seen["Processes::test_too_big[ws512]"] == "SKIPPED"
+    assert seen["Processes::test_fails_on_rank_1"] == "FAILED"
+    assert "world size 512 is more than this machine can give" in run.output
+    assert "1 failed, 10 passed, 1 skipped" in run.output
+    # The failing rank has its own section, titled with the rank and what it did.
+    assert re.search(r"-{5,} rank 1: raised an exception -{5,}", run.output), run.output
+    section = run.output.split("rank 1: raised an exception -")[1]
+    assert 'raise ValueError("rank one broke")' in section
+    assert "[rank 1] rank 1 is about to fail" in section
+    assert "FAILED plugin_sizes.py::Processes::test_fails_on_rank_1 - 1 of 3 ranks failed" \
+        in run.output
+    assert "python -m pytest 'plugin_sizes.py::Processes::test_fails_on_rank_1'" in run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_k_and_parametrized_node_ids_select_sizes():
+    run = pytest_run(FILE, "-v", "-k", "ws3", "-p", "no:cacheprovider")
+    assert run.returncode == 0, run.output
+    assert set(outcomes(run.output)) == {"Processes::test_sum[ws3]", "Reused::test_world[ws3]",
+                                         "Reused::test_again[ws3]"}
+    run = pytest_run("-v", "-p", "no:cacheprovider", f"{FILE}::Threads::test_world[ws4]",
+                     f"{FILE}::Reused::test_again[ws2]")
+    assert run.returncode == 0, run.output
+    assert outcomes(run.output) == {"Threads::test_world[ws4]": "PASSED",
+                                    "Reused::test_again[ws2]": "PASSED"}
+
+
+def test_last_failed_reruns_only_the_failure(tmp_path):
+    cache = f"cache_dir={tmp_path / 'cache'}"
+    first = pytest_run(FILE, "-q", "-o", cache)
+    assert first.returncode == 1, first.output
+    again = pytest_run(FILE, "-v", "--lf", "-o", cache)
+    assert again.returncode == 1, again.output
+    assert outcomes(again.output) == {"Processes::test_fails_on_rank_1": "FAILED"}
+
+
+def test_xdist_workers_give_the_same_outcomes_and_junit_keeps_rank_details(tmp_path):
+    xml = tmp_path / "report.xml"
+    run = pytest_run(FILE, "-v", "-n", "2", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                     env={"MASTER_PORT": "29500"})
+    assert run.returncode == 1, run.output
+    seen = outcomes(run.output)
+    assert all(seen.get(node) == "PASSED" for node in SIZED), run.output
+    assert seen["Processes::test_fails_on_rank_1"] == "FAILED"
+    assert "rank 1: raised an exception" in run.output
+    suite = ET.parse(xml).getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("12", "1", "1")
+    failure = next(case.find("failure") for case in suite
+                   if case.get("name") == "test_fails_on_rank_1")
+    assert "rank one broke" in failure.text
+    # Each worker's private TMPDIR is removed with it; only pytest's own base
+    # temp dir (made by xdist's controller) stays.
+    assert run.leftover_pids == []
+    assert [f for f in run.leftover_files if not f.startswith("pytest-of-")] == []
+
+
+def test_the_cap_can_be_set_and_bad_markers_are_clear_errors():
+    run = pytest_run(FILE, "-v", "-rs", "-p", "no:cacheprovider", "-k", "sum",
+                     env={"DISTSPAWN_MAX_WORLD_SIZE": "2"})
+    assert run.returncode == 0, run.output
+    assert outcomes(run.output) == {"Processes::test_sum[ws2]": "PASSED",
+                                    "Processes::test_sum[ws3]": "SKIPPED"}
+    assert "(DISTSPAWN_MAX_WORLD_SIZE=2)" in run.output
+    bad = pytest_run("plugin_bad_marker.py", "-p", "no:cacheprovider")
+    assert bad.returncode == 2, bad.output
+    assert ("@pytest.mark.world_size on BadMarker.test_never_runs: world sizes must be "
+            "integers >= 1, got 'four'") in bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_plain_pytest_runs_do_not_import_torch_and_unittest_ignores_markers():
+    run = pytest_run("plugin_no_torch.py", "-q", "-p", "no:cacheprovider")
+    assert run.returncode == 0, run.output
+    run = run_python(["-m", "unittest", "plugin_sizes.Processes.test_sum",
+                      "plugin_sizes.Threads"], timeout=300)
+    assert run.returncode == 0, run.output
