@@ -45,8 +45,9 @@ def test_one_item_per_world_size_with_a_cap_and_rank_sections():
     section = run.output.split("rank 1: raised an exception -")[1]
     assert 'raise ValueError("rank one broke")' in section
     assert "[rank 1] rank 1 is about to fail" in section
-    assert "FAILED plugin_sizes.py::Processes::test_fails_on_rank_1 - 1 of 3 ranks failed" \
-        in run.output
+    # The verdict comes first (pytest >= 8 also puts it on the one-line summary).
+    assert "\n1 of 3 ranks failed (rank 1):\nrank 1: raised an exception\n" in run.output
+    assert "FAILED plugin_sizes.py::Processes::test_fails_on_rank_1" in run.output
     assert "python -m pytest 'plugin_sizes.py::Processes::test_fails_on_rank_1'" in run.output
     assert run.leftover_pids == [] and run.leftover_files == []
 
