@@ -14,6 +14,10 @@ try:
     import torch.nn  # noqa: F401
     import torch.nn.parallel  # noqa: F401
     import torch.optim  # noqa: F401
+    # torch.testing.assert_close (behind TestCase.assertEqual) imports
+    # torch.distributed.tensor on first use: 0.6 s in every rank otherwise.
+    import torch.distributed.tensor  # noqa: F401
+    import torch.testing  # noqa: F401
     # Not torch._dynamo (DDP imports it on first use, 1.4 s per rank): ranks
     # forked from a server that imported it hang now and then.
 

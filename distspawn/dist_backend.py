@@ -70,6 +70,12 @@ class DistTestCases:
         "plugin": set(),
         "hpu": {"hccl"},
         "xpu": {"xccl"},
+        # Beyond upstream's table, for distspawn's conformance suite:
+        "avg": {"nccl", "gloo", "ucc", "xccl"},  # ReduceOp.AVG
+        "bitwise": {"gloo", "mpi"},  # ReduceOp.BAND / BOR / BXOR on integers
+        "complex": {"nccl", "gloo", "xccl"},
+        "premul_sum": {"nccl"},
+        "monitored_barrier": {"gloo"},
     }
 
 

@@ -23,6 +23,15 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .barrier import Barrier, _lock  # noqa: F401 - upstream's names
+from .conformance import (
+    BarrierTests,
+    CollectiveTests,
+    DataTests,
+    DDPTests,
+    GroupTests,
+    ObjectTests,
+    PointToPointTests,
+)
 from .dist_backend import (  # noqa: F401
     CUSTOM_PG_TIMEOUT,
     MASTER_ADDR,
@@ -98,8 +107,13 @@ def _backend() -> str:
 class DistributedTest:
     """Namespace holding the suite, so test runners do not collect the base itself."""
 
-    class _DistTestBase:
-        """Conformance tests for one backend; mix into a TestDistBackend subclass."""
+    class _DistTestBase(CollectiveTests, PointToPointTests, BarrierTests, ObjectTests,
+                        GroupTests, DDPTests, DataTests):
+        """Conformance tests for one backend; mix into a TestDistBackend subclass.
+
+        The tests live in ``distspawn.conformance`` by area; the ones here are
+        the first, smallest checks of each area.
+        """
 
         # -- helpers upstream's suite offers to its tests ------------------------
 
