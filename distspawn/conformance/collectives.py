@@ -80,13 +80,18 @@ class CollectiveTests:
                 @generated(locals(), f"test_all_reduce_{_name}_{_kind}"
                            + ("_async" if _async else ""), *_gates(_kind, _feature),
                            on_placement(_kind))
-                def _test(self, at: Placement, op=_op, expect=_expect, async_op=_async):
+                def _test(self, at: Placement, op=_op, expect=_expect, async_op=_async,
+                          name=_name, kind=_kind):
                     tensor = full(value_of(at.rank))
                     work = dist.all_reduce(tensor, op=op, group=at.group, async_op=async_op)
                     finish(work, async_op, at)
                     if at.member:
-                        want = expect([value_of(r) for r in at.members])
-                        self.assertEqual(tensor, full(want), f"all_reduce({op})")
+                        values = [value_of(r) for r in at.members]
+                        want = expect(values)
+                        self.assertEqual(tensor, full(want), (
+                            f"all_reduce({name}) on the {kind} group, ranks {at.members} "
+                            f"contributing {values}: expected {want}, rank {at.rank} got "
+                            f"{tensor.tolist()}"))
                     else:
                         self._assert_untouched(tensor, value_of(at.rank), "all_reduce")
 
