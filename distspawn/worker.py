@@ -89,6 +89,13 @@ def exit_code_of(exc: SystemExit) -> int:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# distspawn's own test suite is test code, not harness: its frames stay in reports.
+_SUITE_PATHS = (os.path.join(_PACKAGE_DIR, "conformance") + os.sep,
+                os.path.join(_PACKAGE_DIR, "distributed_test.py"))
+
+
+def _is_harness_frame(filename: str) -> bool:
+    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_SUITE_PATHS)
 
 
 def format_user_exception() -> str:
@@ -96,7 +103,7 @@ def format_user_exception() -> str:
     exc = sys.exc_info()[1]
     summary = traceback.TracebackException.from_exception(exc)
     for part in _chain(summary):
-        kept = [f for f in part.stack if not f.filename.startswith(_PACKAGE_DIR)]
+        kept = [f for f in part.stack if not _is_harness_frame(f.filename)]
         part.stack = traceback.StackSummary.from_list(kept or list(part.stack))
     return "".join(summary.format())
 
