@@ -32,6 +32,7 @@ from .conformance import (
     ObjectTests,
     PointToPointTests,
 )
+from .conformance.common import backend
 from .dist_backend import (  # noqa: F401
     CUSTOM_PG_TIMEOUT,
     MASTER_ADDR,
@@ -100,10 +101,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _backend() -> str:
-    return os.environ.get("BACKEND", "")
-
-
 class DistributedTest:
     """Namespace holding the suite, so test runners do not collect the base itself."""
 
@@ -150,7 +147,7 @@ class DistributedTest:
             self._barrier()
 
         def test_get_backend(self):
-            self.assertEqual(dist.get_backend(), _backend())
+            self.assertEqual(dist.get_backend(), backend())
             self.assertEqual(dist.get_world_size(), self.world_size)
             self.assertEqual(dist.get_rank(), self.rank)
 

@@ -179,13 +179,11 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
         if ended:
             tail.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
                         "still running when the failure was known; ended by distspawn")
-        full = [head]
-        for item in failed:
-            full.append(f"rank {item.rank}: {item.problem}")
-            if item.details:
-                full.append(item.details)
-        summary = [head, *(f"rank {item.rank}: {item.problem}" for item in failed), *tail]
-        return Verdict(VerdictKind.FAIL, "\n".join(full + tail), "\n".join(summary), failed)
+        lines = [f"rank {item.rank}: {item.problem}" for item in failed]
+        full = [head, *(f"{line}\n{item.details}" if item.details else line
+                        for line, item in zip(lines, failed)), *tail]
+        return Verdict(VerdictKind.FAIL, "\n".join(full), "\n".join([head, *lines, *tail]),
+                       failed)
 
     if not policy.check_exit_codes:
         return Verdict(VerdictKind.PASS)

@@ -4,22 +4,17 @@ A static rendezvous on loopback; each agent runs one rank. Each node reports
 its own results, and both must pass.
 """
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from distspawn import find_free_port
+
 SUITE = Path(__file__).with_name("torchrun_nodes.py")
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_nodes_on_loopback():
-    port = str(free_port())
+    port = str(find_free_port())
     agents = [
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
@@ -97,8 +98,6 @@ class BarrierTests:
     """barrier, barrier on a group, a barrier that times out, monitored_barrier."""
 
     def test_barrier_orders_file_writes(self):
-        import os
-
         test_dir = os.path.join(os.environ["TEMP_DIR"], "test_dir")
         with open(os.path.join(test_dir, f"arrived-{dist.get_rank()}"), "w"):
             pass
