@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as c10d
 
+from .device_probe import has_accelerator
 from .environment import TEST_WITH_ROCM
 from .skips import skip_but_pass_in_sandcastle_if
 
@@ -46,15 +47,7 @@ class LazyFlag:
         return f"<{self._name}: {state}>"
 
 
-def _has_accelerator() -> bool:
-    if torch.cuda.is_available():
-        return True
-    if hasattr(torch, "xpu") and torch.xpu.is_available():
-        return True
-    return bool(hasattr(torch, "hpu") and torch.hpu.is_available())
-
-
-HAS_ACCELERATOR = LazyFlag(_has_accelerator, "HAS_ACCELERATOR")
+HAS_ACCELERATOR = LazyFlag(has_accelerator, "HAS_ACCELERATOR")
 
 
 def evaluate_platform_supports_symm_mem() -> bool:

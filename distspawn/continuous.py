@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 
 from . import launch
 from .continuous_worker import Task, worker_loop
+from .device_probe import accelerator_type
 from .dist_backend import backend_is_available
 from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from .multiprocess import validate_world_size
@@ -104,9 +105,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
 
     @classmethod
     def device_type(cls) -> str:
-        accelerator = getattr(torch, "accelerator", None)
-        current = accelerator.current_accelerator() if accelerator is not None else None
-        return "cpu" if current is None else current.type
+        return accelerator_type() or "cpu"
 
     @classmethod
     def opts(cls, high_priority_stream: bool = False) -> Any:
@@ -382,9 +381,8 @@ class C10dTorchCommsTestBase(MultiProcContinuousTest):
         })
         super()._init_pg(rank, world_size, rdvz_file)
         backend = cls.backend_str()
-        accelerator = getattr(torch, "accelerator", None)
-        current = accelerator.current_accelerator() if accelerator is not None else None
-        if ("nccl" in backend or "xccl" in backend) and current is not None:
-            device = torch.device(f"{current.type}:{rank}")
+        device_type = accelerator_type()
+        if ("nccl" in backend or "xccl" in backend) and device_type is not None:
+            device = torch.device(f"{device_type}:{rank}")
             torch.set_default_device(device)
-            accelerator.set_device_index(device)
+            torch.get_device_module(device_type).set_device(device)

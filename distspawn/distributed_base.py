@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as c10d
 
+from .device_probe import accelerator_device_count, accelerator_type
 from .environment import restore_environ
 from .helpers import reset_dynamo
 from .multiprocess import MultiProcessTestCase
@@ -35,11 +36,6 @@ def _backend_for(device: Any) -> str:
 
 def _reset_compiler_state() -> None:
     reset_dynamo(clear_counters=True)
-
-
-def _accelerator_type() -> str | None:
-    accelerator = torch.accelerator.current_accelerator()
-    return accelerator.type if accelerator is not None else None
 
 
 class DistributedTestBase(MultiProcessTestCase):
@@ -76,14 +72,14 @@ class DistributedTestBase(MultiProcessTestCase):
         c10d.init_process_group(backend=backend, world_size=world_size, rank=self.rank,
                                 store=store)
         if backend in ("nccl", "xccl"):
-            device_type = _accelerator_type()
+            device_type = accelerator_type()
             if device_type is None:
                 raise RuntimeError(
                     f"the {backend} backend needs an accelerator, and torch.accelerator "
                     "found none")
             rank_device = torch.device(f"{device_type}:{self.rank}")
             torch.set_default_device(rank_device)
-            torch.accelerator.set_device_index(rank_device)
+            torch.get_device_module(device_type).set_device(rank_device)
         return c10d.distributed_c10d._get_default_group()
 
     def rank_to_device(self, device: Any) -> dict[int, list[int]]:
@@ -105,9 +101,9 @@ def _dynamo_dist_per_rank_init(rank: int, world_size: int, backend: str | None =
 
     The rendezvous uses MASTER_PORT when set, else a port shared by sibling ranks.
     """
-    device_type = _accelerator_type()
+    device_type = accelerator_type()
     if not fake_pg and device_type is not None:
-        torch.accelerator.set_device_index(rank)
+        torch.get_device_module(device_type).set_device(rank)
     if backend is None:
         backend = c10d.get_default_backend_for_device(device_type or "cpu")
     os.environ["MASTER_ADDR"] = "localhost"
@@ -141,7 +137,7 @@ class DynamoDistributedSingleProcTestCase(TestCase):
         os.environ["MASTER_ADDR"] = "localhost"
         os.environ["MASTER_PORT"] = str(find_free_port())
         cls.rank = 0
-        device_type = _accelerator_type() or "cpu"
+        device_type = accelerator_type() or "cpu"
         cls.device = f"{device_type}:{cls.rank}"
         cls.device_ids = None if device_type in cls.device else [cls.rank]
         c10d.init_process_group(c10d.get_default_backend_for_device(device_type),
@@ -171,7 +167,7 @@ class DynamoDistributedMultiProcTestCase(DistributedTestBase):
 
     @property
     def world_size(self) -> int:
-        return torch.accelerator.device_count()
+        return accelerator_device_count()
 
     def setUp(self) -> None:
         if self.world_size < 1:

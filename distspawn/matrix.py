@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,7 @@ class Cell:
     skip_reason: str | None = None
     problem: str | None = None  # the run itself broke (no report)
     suites: list = field(default_factory=list)  # JUnit <testsuite> elements
+    failures: list = field(default_factory=list)  # (node id, first line of the failure)
 
     @property
     def label(self) -> str:
@@ -121,8 +123,10 @@ def run_cell(cell: Cell, args: argparse.Namespace) -> None:
     env = dict(os.environ, BACKEND=cell.backend, WORLD_SIZE=str(cell.world_size),
                TEMP_DIR=os.path.join(temp_dir, "work"))
     os.makedirs(env["TEMP_DIR"])
+    # xunit1 keeps each test's file, from which its pytest node id is rebuilt.
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               f"--junit-xml={report}", *args.paths, *args.pytest_args]
+               "-o", "junit_family=xunit1", f"--junit-xml={report}",
+               *args.paths, *args.pytest_args]
     if args.keyword:
         command += ["-k", args.keyword]
     started = time.monotonic()
@@ -143,11 +147,55 @@ def run_cell(cell: Cell, args: argparse.Namespace) -> None:
             cell.failed += failed
             cell.skipped += skipped
             cell.passed += total - failed - skipped
+            cell.failures += failed_tests(suite)
             cell.suites.append(suite)
         if out.returncode not in (0, 1, 5) and cell.failed == 0:
             cell.problem = f"pytest exited {out.returncode}"
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _node_id(case: ET.Element) -> str:
+    """pytest's node id for a JUnit (xunit1) <testcase>: file::Class::test."""
+    name = case.get("name", "?")
+    path = case.get("file")
+    classname = case.get("classname", "")
+    if not path:
+        return f"{classname}::{name}" if classname else name
+    module = os.path.splitext(path)[0].replace(os.sep, ".").replace("/", ".")
+    inner = classname[len(module) + 1:] if classname.startswith(module + ".") else ""
+    return "::".join([path, *(inner.split(".") if inner else []), name])
+
+
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b.*")
+
+
+def _first_line(problem: ET.Element) -> str:
+    """One line that says what failed: the exception, or for a distributed test
+    the verdict line and the first failing rank's exception."""
+    text = problem.get("message") or problem.text or problem.tag
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return problem.tag
+    if lines[0].startswith("distspawn.verdict.RankFailure:") and len(lines) > 1:
+        error = next((line for line in lines[2:] if _ERROR_LINE.match(line)), "")
+        return f"{lines[1]} {error}".strip()
+    return lines[0]
+
+
+def failed_tests(suite: ET.Element) -> list[tuple[str, str]]:
+    """(node id, first line of the failure) for each failed or errored test of a suite."""
+    found = []
+    for case in suite.iter("testcase"):
+        for problem in case:
+            if problem.tag in ("failure", "error"):
+                found.append((_node_id(case), _first_line(problem)))
+                break
+    return found
+
+
+def failure_lines(cell: Cell, indent: str = "  ") -> list[str]:
+    return [f"{indent}FAILED {node} - {why}" for node, why in cell.failures]
 
 
 def _skipped_suite(cell: Cell) -> ET.Element:
@@ -194,8 +242,17 @@ def main(argv: list[str] | None = None) -> int:
         if cell.skip_reason is None:
             run_cell(cell, args)
         print(cell.summary(), flush=True)
+        for line in failure_lines(cell):
+            print(line, flush=True)
     print()
     print(summary_table(cells, args.backends, args.world_sizes))
+    failing = [c for c in cells if c.failures]
+    if failing:
+        print()
+        print(f"failed ({sum(len(c.failures) for c in failing)}):")
+        for cell in failing:
+            print(f"{cell.label}:")
+            print("\n".join(failure_lines(cell)))
     if args.junit_xml:
         write_junit(cells, args.junit_xml)
         print(f"JUnit XML: {args.junit_xml}")

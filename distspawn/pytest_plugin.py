@@ -10,11 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _pytest.unittest import TestCaseFunction, UnitTestCase
 
 from .testcase import RankDispatchingTestCase
 from .verdict import RankFailure
 from .world_sizes import machine_max_world_size, parse_world_sizes, sized_class
+
+# pytest has no public API for items of unittest classes: world-size items
+# extend its private unittest collector and item (checked on pytest 7.0 and the
+# newest). Where a pytest moves them, sized tests fail to collect with a
+# message naming that pytest; every other test runs as pytest collects it.
+try:
+    from _pytest.unittest import TestCaseFunction, UnitTestCase
+except ImportError as _error:  # pragma: no cover - depends on the pytest installed
+    _PRIVATE_PYTEST_PROBLEM: str | None = f"{type(_error).__name__}: {_error}"
+    TestCaseFunction = UnitTestCase = object  # type: ignore[misc,assignment]
+else:
+    _PRIVATE_PYTEST_PROBLEM = None
 
 
 # -- one item per world size ------------------------------------------------------------
@@ -22,9 +33,33 @@ from .world_sizes import machine_max_world_size, parse_world_sizes, sized_class
 
 def make_class_collector(collector: Any, name: str, obj: Any) -> Any:
     """Our collector for a distspawn TestCase class, None for anything else."""
-    if isinstance(obj, type) and issubclass(obj, RankDispatchingTestCase):
-        return DistspawnTestClass.from_parent(collector, name=name, obj=obj)
-    return None
+    if not (isinstance(obj, type) and issubclass(obj, RankDispatchingTestCase)):
+        return None
+    if _PRIVATE_PYTEST_PROBLEM is not None:
+        return UncollectableSizedClass.from_parent(collector, name=name, obj=obj) \
+            if _asks_for_sizes(obj) else None
+    return DistspawnTestClass.from_parent(collector, name=name, obj=obj)
+
+
+class UncollectableSizedClass(pytest.Class):
+    """A class asking for world sizes on a pytest we cannot make sized items for."""
+
+    def collect(self):
+        raise self.CollectError(
+            f"{self.obj.__qualname__} asks for world sizes, and distspawn cannot make "
+            f"world-size items on pytest {pytest.__version__}: its unittest items "
+            f"moved ({_PRIVATE_PYTEST_PROBLEM}). Run at the class's world_size "
+            "by removing the world_size markers, or use a pytest this distspawn "
+            "was tested on (see README, Supported releases).")
+
+
+def _asks_for_sizes(cls: type) -> bool:
+    def marked(obj: Any) -> bool:
+        return any(getattr(mark, "name", None) == "world_size"
+                   for mark in getattr(obj, "pytestmark", ()))
+
+    return (getattr(cls, "world_sizes", None) is not None or marked(cls)
+            or any(marked(getattr(cls, attr)) for attr in dir(cls) if attr.startswith("test")))
 
 
 class DistspawnTestClass(UnitTestCase):
@@ -46,8 +81,7 @@ class DistspawnTestClass(UnitTestCase):
                 raise self.CollectError(str(exc)) from None
             for size in sizes:
                 name = item.name if len(sizes) == 1 else f"{item.name}[ws{size}]"
-                sized = SizedTestCaseFunction.from_parent(
-                    self, name=name, originalname=item.name, world_size=size)
+                sized = _checked_sized_item(self, name, item.name, size)
                 if size > cap:
                     sized.add_marker(pytest.mark.skip(
                         reason=f"world size {size} is more than this machine can give "
@@ -83,28 +117,57 @@ class DistspawnTestClass(UnitTestCase):
         return sizes, bool(getattr(self.obj, "world_sizes_per_device", False))
 
 
-class SizedTestCaseFunction(TestCaseFunction):
-    """A test method run on a class variant fixed to one world size."""
+# pytest >= 8.2 keeps one unittest instance per item (made by _getinstance).
+_PYTEST_KEEPS_INSTANCE = hasattr(TestCaseFunction, "_getinstance")
 
-    def __init__(self, *args: Any, world_size: int, **kwargs: Any) -> None:
+
+class SizedTestCaseFunction(TestCaseFunction):
+    """A test method run on a class variant fixed to one world size.
+
+    The item's name carries the size (``test_x[ws2]``) and pytest derives the
+    node id from the name; ``method_name`` is the method the item runs.
+    """
+
+    def __init__(self, *args: Any, world_size: int, method_name: str, **kwargs: Any) -> None:
         self.world_size = world_size
+        self.method_name = method_name
         super().__init__(*args, **kwargs)
 
+    def _getobj(self) -> Any:
+        # The item's name is not an attribute of the class; pytest documents
+        # _getobj as the hook a subclass overrides to say what it runs. Bound
+        # to the item's test case where pytest keeps one (>= 8.2), as its own is.
+        owner = self.instance if _PYTEST_KEEPS_INSTANCE else self.parent.obj
+        return getattr(owner, self.method_name)
+
     def _make_testcase(self) -> Any:
-        return sized_class(self.parent.obj, self.world_size)(self.originalname)
+        return sized_class(self.parent.obj, self.world_size)(self.method_name)
 
     # pytest >= 8.2 makes the unittest instance here ...
     def _getinstance(self) -> Any:
         return self._make_testcase()
 
-    if not hasattr(TestCaseFunction, "_getinstance"):
-        # ... older pytest in setup(), by the item's name, which now carries [wsN].
+    if not _PYTEST_KEEPS_INSTANCE:
+        # ... older pytest in setup(), by the item's name, which carries [wsN].
         def setup(self) -> None:
             self._explicit_tearDown = None
             self._testcase = self._make_testcase()
-            self._obj = getattr(self._testcase, self.originalname)
+            self._obj = getattr(self._testcase, self.method_name)
             if hasattr(self, "_request"):
                 self._request._fillfixtures()
+
+
+def _checked_sized_item(parent: Any, name: str, method_name: str, size: int) -> Any:
+    item = SizedTestCaseFunction.from_parent(
+        parent, name=name, world_size=size, method_name=method_name)
+    if item.name != name or not item.nodeid.endswith(f"::{name}"):
+        # Items built through pytest internals: say so rather than run tests
+        # under ids nobody can select or rerun.
+        raise parent.CollectError(
+            f"distspawn's world-size items do not work with pytest {pytest.__version__}: "
+            f"the item for {method_name} at world size {size} got node id {item.nodeid!r}, "
+            f"expected one ending in '::{name}'. Please report this with your pytest version.")
+    return item
 
 
 # -- rank-labelled failure reports --------------------------------------------------------

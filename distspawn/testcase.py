@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .device_probe import has_accelerator
 from .environment import SEED
 
 __all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
@@ -29,7 +30,7 @@ __all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
 def set_rng_seed(seed: int | None = None) -> None:
     """Seed torch, random and numpy (default: upstream's seed, 1234)."""
     seed = SEED if seed is None else seed
-    if _has_accelerator():
+    if has_accelerator():
         torch.manual_seed(seed)
     else:
         # torch.manual_seed would also queue seeding for every lazily initialised
@@ -38,13 +39,6 @@ def set_rng_seed(seed: int | None = None) -> None:
         torch.default_generator.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
-
-
-def _has_accelerator() -> bool:
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and hasattr(accelerator, "is_available"):
-        return accelerator.is_available()
-    return torch.cuda.is_available() or torch.backends.mps.is_available()
 
 
 _NUMBER_TYPES = (bool, int, float, complex, np.number, np.bool_)

@@ -511,6 +511,17 @@ class ThreadedProcessGroup(dist.ProcessGroup):
         if name != self._group.name:
             self._group = _GroupInfo(name, self._group.global_ranks)
 
+    # torch >= 2.14's batch_isend_irecv asks the group for its per-device
+    # backend without catching the error a Python ProcessGroup (which has
+    # none) raises. This group is its own backend; the flags send torch down
+    # its plain paths (one isend/irecv each, no communicator splitting).
+    supports_coalescing = False
+    supports_splitting = False
+    supports_time_estimate = False
+
+    def _get_backend(self, device: Any) -> ThreadedProcessGroup:
+        return self
+
     def __repr__(self) -> str:
         return (f"ThreadedProcessGroup(name={self._group.name!r}, rank={self._group_rank}, "
                 f"size={self._group.size})")

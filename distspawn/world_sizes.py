@@ -86,13 +86,9 @@ def _usable_cpus() -> int:
 
 
 def _device_count() -> int:
-    # device_count() does not initialise the device runtime in this process.
-    import torch
+    from .device_probe import accelerator_device_count
 
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None:
-        return accelerator.device_count()
-    return torch.cuda.device_count()
+    return accelerator_device_count()
 
 
 def machine_max_world_size(per_device: bool = False) -> tuple[int, str]:

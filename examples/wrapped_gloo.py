@@ -58,6 +58,15 @@ class WrappedGloo(dist.ProcessGroup):
     def _set_group_name(self, name):
         self._group_name = name
 
+    # torch >= 2.14's batch_isend_irecv asks a group for its per-device backend
+    # and fails on a Python group, which has none: this group answers for
+    # itself, and the flag keeps torch on its plain isend/irecv path.
+    supports_coalescing = False
+    supports_splitting = False
+
+    def _get_backend(self, device):
+        return self
+
     def allreduce(self, tensors, opts=None):
         if opts is None:
             opts = dist.AllreduceOptions()

@@ -113,3 +113,14 @@ def test_plain_pytest_runs_do_not_import_torch_and_unittest_ignores_markers():
     run = run_python(["-m", "unittest", "plugin_sizes.Processes.test_sum",
                       "plugin_sizes.Threads"], timeout=300)
     assert run.returncode == 0, run.output
+
+
+def test_a_pytest_without_the_private_items_gets_a_message_naming_it():
+    run = pytest_run("moved_pytest/test_sizes.py", "-v", "-p", "no:cacheprovider")
+    assert run.returncode == 2, run.output  # a collection error, not a silent pass
+    assert ("Sized asks for world sizes, and distspawn cannot make world-size items on "
+            "pytest ") in run.output, run.output
+    assert "(ImportError: cannot import name 'UnitTestCase'" in run.output
+    plain = pytest_run("moved_pytest/test_sizes.py::Plain", "-v", "-p", "no:cacheprovider")
+    assert plain.returncode == 0, plain.output
+    assert outcomes(plain.output) == {"Plain::test_runs_as_pytest_collects_it": "PASSED"}

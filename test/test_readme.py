@@ -5,16 +5,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_ci_runs_the_test_command_written_in_the_readme():
+TEST_COMMAND = "python -m pytest test -q"
+SETUP_COMMAND = 'pip install torch==2.13.0 && pip install -e ".[test]"'
+
+
+def test_ci_sets_up_a_new_venv_as_the_readme_says_then_runs_its_test_command():
     readme = (ROOT / "README.rst").read_text()
+    assert f"\n    {TEST_COMMAND}\n" in readme
     ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
-    test_command = ci_lines[-1]
-    assert test_command == "python -m pytest test -q"
-    assert f"\n    {test_command}\n" in readme
+    # A brand-new venv, README's set-up, README's test command, in that order.
+    venv = ci_lines.index('python3 -m venv "$work/torch213"')
+    activate = ci_lines.index('source "$work/torch213/bin/activate"', venv)
+    setup = ci_lines.index(SETUP_COMMAND, activate)
+    assert ci_lines.index(TEST_COMMAND, setup) > setup
 
 
 def test_readme_quick_start_installs_pinned_torch_then_runs_the_examples():
     readme = (ROOT / "README.rst").read_text()
-    assert '    pip install torch==2.13.0 && pip install -e ".[test]"\n' in readme
+    assert f"    {SETUP_COMMAND}\n" in readme
     assert "    python -m pytest examples\n" in readme
     assert (ROOT / "examples" / "test_allreduce.py").exists()

@@ -13,6 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from ..dist_backend import require_backend_feature
+from ..optional import torchvision_problem
 
 _BATCH_PER_RANK = 4
 
@@ -35,6 +36,29 @@ def _my_chunk(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, t
     return inputs[rows], targets[rows]
 
 
+def _vision_model() -> nn.Module:
+    import torchvision
+
+    torch.manual_seed(1234)
+    # GroupNorm instead of BatchNorm: each sample's output depends on that sample
+    # alone, so per-rank gradients average to those of the whole batch.
+    return torchvision.models.resnet18(num_classes=3, norm_layer=lambda c: nn.GroupNorm(1, c))
+
+
+def _vision_batch(step: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(2000 + step)
+    images = torch.randn(world * _BATCH_PER_RANK, 3, 32, 32, generator=generator)
+    return images, torch.randn(world * _BATCH_PER_RANK, 3, generator=generator)
+
+
+def _need_torchvision(test) -> None:
+    # Asked when the test runs, not at import: importing torchvision costs
+    # every test process time, and a broken one must only skip these tests.
+    problem = torchvision_problem()
+    if problem is not None:
+        test.skipTest(problem)
+
+
 def _loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     inputs, targets = batch
     return F.mse_loss(model(inputs), targets)
@@ -54,23 +78,24 @@ class _TwoBranches(nn.Module):
 class DDPTests:
     """DistributedDataParallel on CPU: gradients equal to one process on the whole batch."""
 
-    def _train_and_compare(self, steps: int = 3, **ddp_kwargs) -> DDP:
+    def _train_and_compare(self, steps: int = 3, model=_model, batches=_global_batch,
+                           atol: float = 1e-5, rtol: float = 1e-4, **ddp_kwargs) -> DDP:
         world = dist.get_world_size()
-        reference = _model()
-        ddp = DDP(_model(), **ddp_kwargs)
+        reference = model()
+        ddp = DDP(model(), **ddp_kwargs)
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (reference, ddp)]
         for step in range(steps):
-            batch = _global_batch(step, world)
+            batch = batches(step, world)
             for optimizer in optimizers:
                 optimizer.zero_grad()
             _loss(reference, batch).backward()
             _loss(ddp, _my_chunk(batch)).backward()
             for mine, want in zip(ddp.parameters(), reference.parameters()):
-                self.assertEqual(mine.grad, want.grad, atol=1e-5, rtol=1e-4)
+                self.assertEqual(mine.grad, want.grad, atol=atol, rtol=rtol)
             for optimizer in optimizers:
                 optimizer.step()
         for mine, want in zip(ddp.module.parameters(), reference.parameters()):
-            self.assertEqual(mine, want, atol=1e-5, rtol=1e-4)
+            self.assertEqual(mine, want, atol=atol, rtol=rtol)
         return ddp
 
     def test_ddp_gradients_match_a_single_process(self):
@@ -78,6 +103,11 @@ class DDPTests:
 
     def test_ddp_static_graph(self):
         self._train_and_compare(steps=4, static_graph=True)
+
+    def test_ddp_torchvision_resnet_matches_a_single_process(self):
+        _need_torchvision(self)
+        self._train_and_compare(steps=2, model=_vision_model, batches=_vision_batch,
+                                atol=1e-4, rtol=1e-3)
 
     def test_ddp_gradient_as_bucket_view(self):
         self._train_and_compare(gradient_as_bucket_view=True)
@@ -210,6 +240,18 @@ class DataTests:
         self.assertIsInstance(converted[1], nn.SyncBatchNorm)
         self.assertIsInstance(converted[2][0], nn.SyncBatchNorm)
         self.assertEqual(converted[1].running_mean, torch.full((4,), 3.0))
+
+    def test_convert_sync_batchnorm_gives_nested_torchvision_layers_the_group(self):
+        _need_torchvision(self)
+        import torchvision
+
+        group = dist.new_group([0])
+        converted = nn.SyncBatchNorm.convert_sync_batchnorm(torchvision.models.resnet18(), group)
+        layers = [m for m in converted.modules() if isinstance(m, nn.SyncBatchNorm)]
+        self.assertEqual(len(layers), 20)  # every BatchNorm2d of resnet18, however deep
+        self.assertTrue(all(layer.process_group is group for layer in layers))
+        self.assertFalse(any(isinstance(m, nn.BatchNorm2d) and not isinstance(m, nn.SyncBatchNorm)
+                             for m in converted.modules()))
 
     def test_sync_batchnorm_matches_batchnorm_on_the_whole_batch(self):
         world = dist.get_world_size()
