@@ -123,10 +123,9 @@ def run_cell(cell: Cell, args: argparse.Namespace) -> None:
     env = dict(os.environ, BACKEND=cell.backend, WORLD_SIZE=str(cell.world_size),
                TEMP_DIR=os.path.join(temp_dir, "work"))
     os.makedirs(env["TEMP_DIR"])
-    # xunit1 keeps each test's file, from which its pytest node id is rebuilt.
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-               "-o", "junit_family=xunit1", f"--junit-xml={report}",
-               *args.paths, *args.pytest_args]
+    # -rfE: pytest's summary lines give each failed test's node id exactly.
+    command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
+               f"--junit-xml={report}", *args.paths, *args.pytest_args]
     if args.keyword:
         command += ["-k", args.keyword]
     started = time.monotonic()
@@ -147,7 +146,7 @@ def run_cell(cell: Cell, args: argparse.Namespace) -> None:
             cell.failed += failed
             cell.skipped += skipped
             cell.passed += total - failed - skipped
-            cell.failures += failed_tests(suite)
+            cell.failures += failed_tests(suite, _summary_node_ids(out.stdout))
             cell.suites.append(suite)
         if out.returncode not in (0, 1, 5) and cell.failed == 0:
             cell.problem = f"pytest exited {out.returncode}"
@@ -155,18 +154,27 @@ def run_cell(cell: Cell, args: argparse.Namespace) -> None:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _node_id(case: ET.Element) -> str:
-    """pytest's node id for a JUnit (xunit1) <testcase>: file::Class::test."""
+def _summary_node_ids(output: str) -> dict[tuple[str, str], str]:
+    """(class, test) -> node id, from pytest's "FAILED/ERROR node-id - ..." lines."""
+    found = {}
+    for line in output.splitlines():
+        words = line.split(" ", 2)
+        if len(words) > 1 and words[0] in ("FAILED", "ERROR") and "::" in words[1]:
+            parts = words[1].split("::")
+            found[(parts[-2] if len(parts) > 2 else "", parts[-1])] = words[1]
+    return found
+
+
+def _node_id(case: ET.Element, node_ids: dict[tuple[str, str], str]) -> str:
     name = case.get("name", "?")
-    path = case.get("file")
     classname = case.get("classname", "")
-    if not path:
-        return f"{classname}::{name}" if classname else name
-    module = os.path.splitext(path)[0].replace(os.sep, ".").replace("/", ".")
-    inner = classname[len(module) + 1:] if classname.startswith(module + ".") else ""
-    return "::".join([path, *(inner.split(".") if inner else []), name])
+    known = node_ids.get((classname.rsplit(".", 1)[-1], name))
+    if known is not None:
+        return known
+    return f"{classname}::{name}" if classname else name
 
 
+_RANK_FAILURE = "distspawn.verdict.RankFailure:"
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b.*")
 
 
@@ -177,19 +185,24 @@ def _first_line(problem: ET.Element) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return problem.tag
-    if lines[0].startswith("distspawn.verdict.RankFailure:") and len(lines) > 1:
-        error = next((line for line in lines[2:] if _ERROR_LINE.match(line)), "")
+    if lines[0].startswith(_RANK_FAILURE) and len(lines) > 1:
+        # The message may be cut short; the element's text holds the whole report.
+        whole = lines[2:] + [line.strip().removeprefix("E ").strip()  # pytest's error marks
+                             for line in (problem.text or "").splitlines()]
+        error = next((line for line in whole if _ERROR_LINE.match(line)
+                      and not line.startswith(_RANK_FAILURE)), "")
         return f"{lines[1]} {error}".strip()
     return lines[0]
 
 
-def failed_tests(suite: ET.Element) -> list[tuple[str, str]]:
+def failed_tests(suite: ET.Element,
+                 node_ids: dict[tuple[str, str], str]) -> list[tuple[str, str]]:
     """(node id, first line of the failure) for each failed or errored test of a suite."""
     found = []
     for case in suite.iter("testcase"):
         for problem in case:
             if problem.tag in ("failure", "error"):
-                found.append((_node_id(case), _first_line(problem)))
+                found.append((_node_id(case, node_ids), _first_line(problem)))
                 break
     return found
 

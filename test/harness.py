@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -87,10 +88,24 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
     with tempfile.TemporaryDirectory(prefix="distspawn-test-") as tmp:
         full_env = {**os.environ, "TMPDIR": tmp, MARKER_VAR: marker, **(env or {})}
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, *args], cwd=cwd, env=full_env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
+        # A run that hangs past its timeout gets Ctrl-C first (its traceback says
+        # where it waited; the harness ends its ranks), then is killed; the
+        # failure shows its output either way.
+        proc = subprocess.Popen([sys.executable, *args], cwd=cwd, env=full_env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                output, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output, _ = proc.communicate()
+            raise AssertionError(
+                f"python {' '.join(args)} ran past {timeout} s; its output, up to and "
+                f"after a Ctrl-C:\n{output[-20000:]}") from None
         elapsed = time.monotonic() - started
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
                            if not is_torch_cache(p.relative_to(tmp)))
-    return Run(proc.returncode, proc.stdout, leftovers, processes_with_marker(marker), elapsed)
+    return Run(proc.returncode, output, leftovers, processes_with_marker(marker), elapsed)

@@ -113,6 +113,7 @@ def test_run_rank_under_torchrun():
 def test_two_torchrun_nodes_on_loopback():
     """Two torchrun agents on this machine act as two nodes (static rendezvous)."""
     import os
+    import signal
     import subprocess
     import sys
 
@@ -127,7 +128,14 @@ def test_two_torchrun_nodes_on_loopback():
          "--rdzv-backend", "static", "continuous_run_rank.py"],
         cwd=SCENARIOS, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for node in (0, 1)]
-    outputs = [agent.communicate(timeout=120)[0] for agent in agents]
+    try:
+        outputs = [agent.communicate(timeout=120)[0] for agent in agents]
+    except subprocess.TimeoutExpired:
+        for agent in agents:  # torchrun ends its workers on SIGINT
+            agent.send_signal(signal.SIGINT)
+        outputs = [agent.communicate(timeout=30)[0] for agent in agents]
+        pytest.fail("the two nodes ran past 120 s:\n" + "\n".join(
+            f"--- node {node} ---\n{output[-5000:]}" for node, output in enumerate(outputs)))
     for node, (agent, output) in enumerate(zip(agents, outputs)):
         assert agent.returncode == 0, output
         assert f"rank {node} of 2 ran test_all_reduce" in output  # each node, its own rank

@@ -17,7 +17,7 @@ def test_matrix_runs_each_cell_and_reports(tmp_path):
     assert "cells: passed/failed/skipped and time" in run.output
     # The failure is named where it happens and again after the table, with its
     # node id and one line saying what failed.
-    named = ("FAILED test/scenarios/matrix_suite.py::M::test_fails_at_3 - 3 of 3 ranks failed "
+    named = ("FAILED matrix_suite.py::M::test_fails_at_3 - 3 of 3 ranks failed "
              "(ranks 0, 1, 2): AssertionError: 3 == 3, expected them to differ")
     progress, summary = run.output.split("cells: passed/failed/skipped and time")
     assert progress.split("[2/4] gloo ws=3 ... 1/1/1")[1].splitlines()[1].strip() == named
