@@ -15,6 +15,7 @@ itself, with the process group set up in ``setUpClass``.
 
 from __future__ import annotations
 
+import atexit
 import inspect
 import logging
 import os
@@ -69,6 +70,17 @@ class _Worker:
 class _Pool:
     workers: list[_Worker]
     rdvz_file: str
+
+
+# Classes whose pool is running: a run stopped between two tests (Ctrl-C,
+# SIGTERM) skips tearDownClass, so the pools are ended at exit instead.
+_classes_with_pools: set = set()
+
+
+@atexit.register
+def _end_pools_left_running() -> None:
+    for cls in list(_classes_with_pools):
+        cls._end_pool(stop_gently=False)
 
 
 class MultiProcContinuousTest(RankDispatchingTestCase):
@@ -221,6 +233,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             workers.append(_Worker(rank, process, parent_end))
         pool = _Pool(workers, rdvz_file)
         cls._live_pool = pool
+        _classes_with_pools.add(cls)
         if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
             cls.world_size = world_size  # as upstream: the dispatcher knows it too
         return pool
@@ -231,6 +244,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         if pool is None:
             return
         cls._live_pool = None
+        _classes_with_pools.discard(cls)
         if stop_gently:
             for worker in pool.workers:
                 try:
@@ -257,6 +271,10 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         started = time.monotonic()
         try:
             outcomes = self._run_on_pool(pool, Task(test_id, fresh_file))
+        except BaseException:
+            # Ctrl-C or SIGTERM mid-test: the pool and its files go now, not at exit.
+            cls._end_pool(stop_gently=False)
+            raise
         finally:
             if fresh_file is not None:
                 try:

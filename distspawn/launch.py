@@ -9,6 +9,9 @@ variable below), never by changing the global multiprocessing start method.
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
@@ -44,8 +47,33 @@ def resolve_start_method(class_choice: str | None, owner: str = "start_method") 
     return value
 
 
+class TerminatedBySignal(KeyboardInterrupt):
+    """SIGTERM reached the test process: stop the run as Ctrl-C would."""
+
+
+def _stop_like_ctrl_c(signum: int, frame: Any) -> None:
+    raise TerminatedBySignal(f"stopped by {signal.Signals(signum).name}")
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """Make SIGTERM stop the test process the way Ctrl-C does.
+
+    Python's default for SIGTERM ends the process on the spot: no ``finally``,
+    no ``atexit``, so rank processes of a test that was running, their
+    rendezvous files and multiprocessing's temp dir would all be left behind
+    (CI runners and timeouts send SIGTERM). As KeyboardInterrupt, it ends the
+    ranks and removes the files, and unittest and pytest end the run as for
+    Ctrl-C. A handler the program installed itself is left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
+
+
 def process_class(start_method: str) -> type:
     """The ``Process`` class that starts ranks with ``start_method``."""
+    stop_cleanly_on_sigterm()
     if start_method == "fork" and torch.cuda.is_initialized():
         raise RuntimeError(
             "start method 'fork' cannot be used after CUDA was initialised in the parent "

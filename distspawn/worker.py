@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import faulthandler
 import importlib
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -145,7 +146,29 @@ def adopt_environment(environ: dict[str, str] | None) -> None:
         os.environ.update(environ)
 
 
+def _release_forkserver_keepalive() -> None:
+    # A process forked by multiprocessing's forkserver (or forked from a test
+    # process that runs one) holds a copy of the pipe end whose closing tells
+    # the server that the test process is gone. While any rank held it, a
+    # SIGKILLed test process left the server, and so every rank (whose
+    # parent-death signal watches the server), running. A rank never starts
+    # processes through its parent's server (multiprocessing starts a new
+    # one there), so it lets go. Private to multiprocessing: where it is
+    # missing, nothing is released and ranks end with the test body instead.
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    keepalive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if keepalive_fd is None:
+        return
+    try:
+        os.close(keepalive_fd)
+    except OSError:
+        pass
+    server._forkserver_alive_fd = None
+
+
 def _die_with_parent(parent_pid: int) -> None:
+    """Tie this rank's life to the test process's, however that process ends."""
+    _release_forkserver_keepalive()
     # If the parent is killed outright it cannot end us; let the kernel do it.
     if not sys.platform.startswith("linux"):
         return

@@ -9,6 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from harness import MARKER_VAR, SCENARIOS, processes_with_marker, run_python, is_torch_cache
 
 
@@ -30,36 +32,84 @@ def _alive(pid):
     return state != "Z"
 
 
-def test_ctrl_c_in_the_parent_ends_every_rank():
+def _still_alive_after(pids, timeout):
+    """The pids still alive once each had ``timeout`` seconds to exit (pidfd waits)."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(pidfd)
+    return [pid for pid in pids if _alive(pid)]
+
+
+def _read_pids(fifo, count, timeout=120):
+    # Read-write: the FIFO never reports end-of-file, so select waits for data.
+    reader = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    pids, buffer = [], b""
+    deadline = time.monotonic() + timeout
+    try:
+        while len(pids) < count and time.monotonic() < deadline:
+            ready, _, _ = select.select([reader], [], [], 1.0)
+            try:
+                buffer += os.read(reader, 1024) if ready else b""
+            except BlockingIOError:
+                continue
+            pids = [int(p) for p in buffer.split()]
+    finally:
+        os.close(reader)
+    return pids
+
+
+# (signal, sent to the process group rather than the pid, seconds allowed)
+STOPS = {
+    "SIGKILL to the pid": (signal.SIGKILL, False, 2.0),
+    "SIGINT to the pid": (signal.SIGINT, False, 3.0),
+    "SIGINT to the group": (signal.SIGINT, True, 3.0),
+    "SIGTERM to the pid": (signal.SIGTERM, False, 3.0),
+}
+TIERS = [("fresh", "forkserver"), ("fresh", "spawn"), ("fresh", "fork"),
+         ("reused", "forkserver"), ("reused", "spawn")]
+
+
+@pytest.mark.parametrize("stop", list(STOPS))
+@pytest.mark.parametrize("tier, start_method", TIERS)
+def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, stop):
+    sig, to_group, allowed_s = STOPS[stop]
+    marker = f"stop-{tier}-{start_method}-{sig}"
     with tempfile.TemporaryDirectory() as tmp:
         fifo = os.path.join(tmp, "pids")
         os.mkfifo(fifo)
-        env = {**os.environ, "PID_FIFO": fifo, "TMPDIR": tmp, MARKER_VAR: "ctrl-c"}
+        env = {**os.environ, "PID_FIFO": fifo, "TMPDIR": tmp, MARKER_VAR: marker,
+               "INTERRUPT_TIER": tier, "DISTSPAWN_START_METHOD": start_method}
         parent = subprocess.Popen([sys.executable, "interrupt.py"], cwd=SCENARIOS, env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=to_group)
         try:
-            # Read-write: the FIFO never reports end-of-file, so select waits for data.
-            reader = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-            pids, buffer = [], b""
-            deadline = time.monotonic() + 120
-            while len(pids) < 2 and time.monotonic() < deadline:
-                ready, _, _ = select.select([reader], [], [], 1.0)
-                try:
-                    buffer += os.read(reader, 1024) if ready else b""
-                except BlockingIOError:
-                    continue
-                pids = [int(p) for p in buffer.split()]
-            os.close(reader)
+            pids = _read_pids(fifo, 2)
             assert len(pids) == 2, "the ranks never started"
-            interrupted = time.monotonic()
-            parent.send_signal(signal.SIGINT)
+            stopped = time.monotonic()
+            if to_group:
+                os.killpg(parent.pid, sig)
+            else:
+                parent.send_signal(sig)
             parent.wait(timeout=30)
-            ended_after = time.monotonic() - interrupted
+            # Waits (on pidfds, not a timer) for what is still alive to exit.
+            left = processes_with_marker(marker, settle_s=allowed_s)
+            took = time.monotonic() - stopped
         finally:
             parent.kill()
             parent.wait()
-        assert ended_after < 10, f"parent took {ended_after:.1f}s to stop after Ctrl-C"
-        assert not [pid for pid in pids if _alive(pid)]
-        assert processes_with_marker("ctrl-c") == []
-        left = [p.name for p in Path(tmp).iterdir() if not is_torch_cache(Path(p.name))]
-        assert left == ["pids"]
+            for pid in processes_with_marker(marker, settle_s=0):
+                os.kill(pid, signal.SIGKILL)
+        assert left == [], f"still running {took:.1f} s after {stop}: {left}"
+        assert took <= allowed_s, f"everything ended only {took:.1f} s after {stop}"
+        # A rank in the middle of exiting may no longer show its environment.
+        assert _still_alive_after(pids, allowed_s) == []
+        files = [p.name for p in Path(tmp).iterdir() if not is_torch_cache(Path(p.name))]
+        if sig != signal.SIGKILL:  # a SIGKILLed process cannot remove its own files
+            assert files == ["pids"]

@@ -1,17 +1,37 @@
-"""Ranks report their pids on a FIFO, then hang until the parent is interrupted."""
+"""Ranks report their pids on a FIFO, then hang until the test process is stopped.
+
+INTERRUPT_TIER=fresh (default) runs the hanging test on fresh rank processes,
+INTERRUPT_TIER=reused on reused workers; DISTSPAWN_START_METHOD picks how
+ranks start.
+"""
 
 import os
 import time
 
-from distspawn import run_tests
+from distspawn import MultiProcContinuousTest, run_tests
 from two_ranks import TwoRankTestCase
 
 
-class Interrupted(TwoRankTestCase):
-    def test_hang(self):
-        with open(os.environ["PID_FIFO"], "w") as fifo:
-            fifo.write(f"{os.getpid()}\n")
-        time.sleep(120)
+def report_pid_then_hang():
+    with open(os.environ["PID_FIFO"], "w") as fifo:
+        fifo.write(f"{os.getpid()}\n")
+    time.sleep(120)
+
+
+if os.environ.get("INTERRUPT_TIER", "fresh") == "fresh":
+    class Interrupted(TwoRankTestCase):
+        def test_hang(self):
+            report_pid_then_hang()
+else:
+    class InterruptedReused(MultiProcContinuousTest):
+        world_size = 2
+
+        @classmethod
+        def backend_str(cls):
+            return "gloo"
+
+        def test_hang(self):
+            report_pid_then_hang()
 
 
 if __name__ == "__main__":
