@@ -11,6 +11,7 @@ per-worker isolation under pytest-xdist.
 
 from __future__ import annotations
 
+import multiprocessing.util
 import os
 import shutil
 import socket
@@ -66,7 +67,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         else:
             os.environ[key] = value
     tempfile.tempdir = saved_tempdir
-    shutil.rmtree(private_dir, ignore_errors=True)
+    # Not now: multiprocessing removes its own temp dir (inside this one) when
+    # the worker exits, and fails loudly if it is already gone. Its finalizers
+    # run in priority order at exit; its temp dir's is -100, so ours comes after.
+    multiprocessing.util.Finalize(None, shutil.rmtree, args=(private_dir,),
+                                  kwargs={"ignore_errors": True}, exitpriority=-200)
 
 
 def _free_port() -> int:

@@ -87,6 +87,8 @@ def test_xdist_workers_give_the_same_outcomes_and_junit_keeps_rank_details(tmp_p
     failure = next(case.find("failure") for case in suite
                    if case.get("name") == "test_fails_on_rank_1")
     assert "rank one broke" in failure.text
+    # The run ends cleanly: no worker's exit trips over a removed temp dir.
+    assert "FileNotFoundError" not in run.output and "Error in atexit" not in run.output
     # Each worker's private TMPDIR is removed with it; only pytest's own base
     # temp dir (made by xdist's controller) stays.
     assert run.leftover_pids == []
