@@ -36,6 +36,7 @@ from .continuous_worker import Task, worker_loop
 from .device_probe import accelerator_type
 from .dist_backend import backend_is_available
 from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
+from .capacity import check_rank_capacity
 from .multiprocess import validate_world_size
 from .protocol import RankReport
 from .supervisor import end_processes
@@ -217,6 +218,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         if backend is not None and not backend_is_available(backend):
             raise unittest.SkipTest(f"backend {backend!r} is not available in this torch")
         method = launch.resolve_start_method(cls.start_method, f"{cls.__name__}.start_method")
+        check_rank_capacity(world_size, method, f"{cls.__name__}.world_size")
         process_class = launch.process_class(method)
         handle, rdvz_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
         os.close(handle)

@@ -8,9 +8,11 @@ The method names and override points are upstream's.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import logging
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -25,6 +27,7 @@ import torch.multiprocessing as mp
 from multiprocessing.connection import wait
 
 from . import launch, worker
+from .capacity import MAX_RANKS_VAR, check_rank_capacity
 from .environment import (
     DEFAULT_WORLD_SIZE,
     IS_LINUX,
@@ -39,6 +42,23 @@ from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
 from .verdict import RankFailure, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
 
 logger = logging.getLogger(__name__)
+
+
+_OUT_OF = {errno.EMFILE: "file descriptors", errno.ENFILE: "file descriptors",
+           errno.EAGAIN: "processes", errno.ENOMEM: "memory"}
+
+
+def start_failure_hint(error: BaseException) -> str:
+    """What to do about an error raised while starting a rank, where we know."""
+    if isinstance(error, (pickle.PicklingError, AttributeError)):
+        # What the rank is sent could not be pickled, or not found again there.
+        return (". Test classes must be defined at module level so that rank "
+                "processes can import them.")
+    if isinstance(error, OSError) and error.errno in _OUT_OF:
+        return (f". The machine ran out of {_OUT_OF[error.errno]}: use a smaller world "
+                f"size, or set {MAX_RANKS_VAR} so that distspawn refuses such a size "
+                "before starting any rank.")
+    return ""
 
 
 def validate_world_size(value: Any, owner: str) -> int:
@@ -162,9 +182,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
                     conn.close()
                 raise RuntimeError(
                     f"could not start rank {rank} of {type(self).__qualname__}.{test_name}: "
-                    f"{exc}. Test classes must be defined at module level so that rank "
-                    "processes can import them."
-                ) from exc
+                    f"{exc}{start_failure_hint(exc)}") from exc
             # Our copies of the child's ends must go, or end-of-file never arrives.
             control_child.close()
             results_child.close()
@@ -175,8 +193,10 @@ class MultiProcessTestCase(RankDispatchingTestCase):
                 RankProcess(rank, process, control_parent, results_parent, files))
 
     def _spawn_processes(self) -> None:
-        method = launch.resolve_start_method(
-            type(self).start_method, f"{type(self).__name__}.start_method")
+        owner = type(self).__name__
+        method = launch.resolve_start_method(type(self).start_method, f"{owner}.start_method")
+        world_size = validate_world_size(self.world_size, f"{owner}.world_size")
+        check_rank_capacity(world_size, method, f"{owner}.world_size")
         self._start_processes(launch.process_class(method))
 
     def _end_rank_processes(self) -> None:

@@ -26,6 +26,7 @@ import torch.distributed as c10d
 
 from . import threaded_pg
 from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, SEED, TIMEOUT_DEFAULT, get_timeout
+from .capacity import check_rank_capacity
 from .multiprocess import validate_world_size
 from .protocol import RankReport, ReportStatus
 from .skips import SKIP_MESSAGE_BY_EXIT_CODE
@@ -333,6 +334,7 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
     def _spawn_threads(self) -> None:
         """Start the rank threads for the current test (call from setUp)."""
         world_size = validate_world_size(self.world_size, f"{type(self).__name__}.world_size")
+        check_rank_capacity(world_size, None, f"{type(self).__name__}.world_size")
         session = _begin_session(world_size, float(get_timeout(self.id())))
         self.addCleanup(_end_session, session, self.threads)
         type(self).global_store = c10d.HashStore()

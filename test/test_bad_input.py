@@ -40,6 +40,45 @@ def test_unknown_start_method(bad):
             "use one of: spawn, fork, forkserver") in bad.output
 
 
+@pytest.mark.parametrize("cls, kind", [("HugeWorldSize", "forkserver processes"),
+                                       ("HugeReusedWorld", "forkserver processes"),
+                                       ("HugeThreadedWorld", "threads")])
+def test_world_size_beyond_the_machine_is_refused_before_any_rank_starts(bad, cls, kind):
+    assert f"test_x (__main__.{cls}.test_x) ... ERROR" in bad.output
+    line = next(l for l in bad.output.splitlines() if l.startswith(f"ValueError: {cls}."))
+    assert f"is more ranks than this machine can run at once as {kind}: at most " in line
+    assert "set DISTSPAWN_MAX_RANKS to the number this machine can take" in line
+
+
+def test_the_rank_cap_can_be_set_and_is_checked(monkeypatch):
+    from distspawn.capacity import check_rank_capacity, rank_capacity
+
+    monkeypatch.setenv("DISTSPAWN_MAX_RANKS", "3")
+    assert rank_capacity("spawn") == (3, "DISTSPAWN_MAX_RANKS=3")
+    check_rank_capacity(3, "spawn", "T.world_size")
+    with pytest.raises(ValueError, match=r"T.world_size = 4 is more ranks .* at most 3 "
+                                         r"\(DISTSPAWN_MAX_RANKS=3\)"):
+        check_rank_capacity(4, "spawn", "T.world_size")
+    monkeypatch.setenv("DISTSPAWN_MAX_RANKS", "lots")
+    with pytest.raises(ValueError, match="DISTSPAWN_MAX_RANKS='lots' is not valid; "
+                                         "expected an integer >= 1"):
+        rank_capacity(None)
+
+
+def test_hints_for_a_rank_that_cannot_start_appear_only_where_they_apply():
+    import errno
+    import pickle
+
+    from distspawn.multiprocess import start_failure_hint
+
+    assert "defined at module level" in start_failure_hint(pickle.PicklingError("x"))
+    out_of_fds = start_failure_hint(OSError(errno.EMFILE, "Too many open files"))
+    assert "ran out of file descriptors" in out_of_fds
+    assert "module level" not in out_of_fds
+    assert "ran out of processes" in start_failure_hint(OSError(errno.EAGAIN, "again"))
+    assert start_failure_hint(RuntimeError("something else")) == ""
+
+
 def test_test_name_that_does_not_exist():
     run = run_python(["bad_input.py", "StringWorldSize.test_nope"])
     assert run.returncode != 0

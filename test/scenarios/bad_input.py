@@ -1,6 +1,11 @@
 """Mistakes a user can make; each must fail with a clear message before any rank starts."""
 
-from distspawn import MultiProcessTestCase, run_tests
+from distspawn import (
+    MultiProcContinuousTest,
+    MultiProcessTestCase,
+    MultiThreadedTestCase,
+    run_tests,
+)
 
 
 class WordWorldSize(MultiProcessTestCase):
@@ -43,6 +48,31 @@ class BadStartMethod(MultiProcessTestCase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
+
+    def test_x(self):
+        pass
+
+
+class HugeWorldSize(WordWorldSize):
+    # About what WORLD_SIZE=10000 gives: refused before any rank starts.
+    @property
+    def world_size(self):
+        return 10000
+
+
+class HugeThreadedWorld(MultiThreadedTestCase):
+    world_size = 10_000_000
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_threads()
+
+    def test_x(self):
+        pass
+
+
+class HugeReusedWorld(MultiProcContinuousTest):
+    world_size = 10000
 
     def test_x(self):
         pass
