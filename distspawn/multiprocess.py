@@ -161,9 +161,12 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         self._rank_processes = []
         self._started_at = time.monotonic()
         environ = dict(os.environ)
+        # Ranks leave together only where this class's own join will tell
+        # them when (an upstream-style override of the join would not).
+        leave_with_peers = type(self)._join_processes is MultiProcessTestCase._join_processes
         for rank in range(world_size):
             control_parent, control_child = mp.Pipe()
-            results_parent, results_child = mp.Pipe(duplex=False)
+            results_parent, results_child = mp.Pipe()  # duplex: LEAVE goes back on it
             files = worker.RankFiles(
                 log_path=os.path.join(self._work_dir, f"rank-{rank}.log"),
                 stack_path=os.path.join(self._work_dir, f"rank-{rank}.stack"),
@@ -174,7 +177,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
                     name=f"process {rank}",
                     args=(worker.class_ref(type(self)), rank, test_name, self.file_name,
                           control_child, results_child, files, os.getpid(), run_kwargs,
-                          environ),
+                          environ, leave_with_peers),
                 )
                 process.start()
             except Exception as exc:
@@ -248,6 +251,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         set_rng_seed()
         try:
             getattr(self, test_name)()
+            worker.leave_together()  # before the group goes: peers may still use it
         except unittest.SkipTest as skip:
             worker.report_skip(str(skip))
             sys.exit(TEST_SKIPS["generic"].exit_code)

@@ -5,10 +5,11 @@ Two channels per rank:
 * the *control* pipe, duplex, shaped as upstream's (``parent_pipe`` in
   ``_run``/``run_test``): the parent may send :class:`Event` requests on it and a
   rank answers a stack request with plain text;
-* the *result* pipe, child to parent only, owned by distspawn: each rank sends
-  exactly one :class:`RankReport` saying how its test ended. It is separate so
-  that user overrides of ``run_test`` (which close the control pipe) cannot
-  lose the result.
+* the *result* pipe, owned by distspawn: each rank sends exactly one
+  :class:`RankReport` saying how its test ended. It is separate so that user
+  overrides of ``run_test`` (which close the control pipe) cannot lose the
+  result. Ranks that are to leave together also send :data:`DEPARTING` on it
+  when done with their test, and wait for the parent's :data:`LEAVE`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ class Event(enum.Enum):
     """Requests the parent sends a rank over the control pipe."""
 
     GET_TRACEBACK = 1
+
+
+# A rank is done with its test and waits to leave with the others; the parent
+# answers LEAVE once every rank is done, one has exited, or the verdict is known.
+DEPARTING = "departing"
+LEAVE = "leave"
 
 
 class ReportStatus(str, enum.Enum):

@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Callable
 
-from .protocol import Event, RankReport
+from .protocol import DEPARTING, LEAVE, Event, RankReport
 from .verdict import RankOutcome
 from .worker import STACK_DUMP_SIGNAL, RankFiles
 
@@ -52,6 +52,10 @@ class RankSupervisor:
         is_decisive: Callable[[RankOutcome], bool],
     ) -> None:
         self._ranks = {r.rank: r for r in ranks}
+        # Ranks done with their test, waiting to leave together (worker.leave_together);
+        # once any rank has left or the verdict is known, everyone may go at once.
+        self._departing: set[int] = set()
+        self._free_to_leave = False
         self._timeout_s = timeout_s
         self._is_decisive = is_decisive
         self.outcomes = {r.rank: RankOutcome(rank=r.rank, pid=r.process.pid) for r in ranks}
@@ -97,7 +101,11 @@ class RankSupervisor:
         except (EOFError, OSError):
             del self._open_results[conn]
             return
-        if isinstance(message, RankReport) and self.outcomes[rank].report is None:
+        if message == DEPARTING:
+            self._departing.add(rank)
+            if self._free_to_leave or len(self._departing) == len(self._ranks):
+                self._let_go()
+        elif isinstance(message, RankReport) and self.outcomes[rank].report is None:
             self.outcomes[rank].report = message
             self._note(self.outcomes[rank])
 
@@ -108,6 +116,7 @@ class RankSupervisor:
         handle.process.join()
         self.outcomes[rank].exit_code = handle.process.exitcode
         self._note(self.outcomes[rank])
+        self._let_go()  # it can no longer depart with the others
 
     def _on_failure_known(self) -> None:
         """The verdict is a failure: the ranks still running are ended, not blamed."""
@@ -132,6 +141,17 @@ class RankSupervisor:
     def _note(self, outcome: RankOutcome) -> None:
         if self._stop_at is None and self._is_decisive(outcome):
             self._stop_at = time.monotonic() + FAILURE_GRACE_S
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Tell every rank waiting to depart, and any that asks later, to leave."""
+        self._free_to_leave = True
+        for rank in self._departing:
+            try:
+                self._ranks[rank].results.send(LEAVE)
+            except (OSError, ValueError):
+                pass  # it is gone already
+        self._departing.clear()
 
     def _finish_outcome(self, handle: RankProcess) -> None:
         outcome = self.outcomes[handle.rank]

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import world_sizes
 from .environment import TEST_ERROR_EXIT_CODE
-from .protocol import RankReport, ReportStatus
+from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
 
 # Signal a rank answers by writing every thread's Python stack to its stack file.
 # It works where a Python thread could not run (a rank stuck in native code).
@@ -56,11 +56,40 @@ class ResultReporter:
         except (OSError, ValueError):
             pass  # parent already gone: nobody left to tell
 
+    def wait_to_leave(self) -> None:
+        """Tell the parent this rank is done, and wait until it says to leave."""
+        try:
+            self._conn.send(DEPARTING)
+            while self._conn.recv() != LEAVE:
+                pass
+        except (OSError, EOFError, ValueError):
+            pass  # the parent is gone: nothing to wait for
+
     def close(self) -> None:
         self._conn.close()
 
 
 _reporter: ResultReporter | None = None
+# Set when the parent coordinates this rank's departure (see leave_together).
+_leaves_with_peers = False
+
+
+def leave_together() -> None:
+    """Wait until every rank of this test is done with it (once per rank).
+
+    A rank that finished first with its process group still open stays until
+    the others finish too: a peer still connecting to it (gloo builds a full
+    mesh lazily) would otherwise see it vanish and fail with "Connection closed
+    by peer". A rank that failed does not wait, and the parent frees waiting
+    ranks once one rank has exited.
+    """
+    global _leaves_with_peers
+    coordinated, _leaves_with_peers = _leaves_with_peers, False
+    dist = sys.modules.get("torch.distributed")
+    if not coordinated or _reporter is None or dist is None or not (
+            dist.is_available() and dist.is_initialized()):
+        return  # no group left open (none made, or the test destroyed it): nothing to keep
+    _reporter.wait_to_leave()
 
 
 def in_rank_process() -> bool:
@@ -169,6 +198,9 @@ def _release_forkserver_keepalive() -> None:
 def _die_with_parent(parent_pid: int) -> None:
     """Tie this rank's life to the test process's, however that process ends."""
     _release_forkserver_keepalive()
+    # A forked rank inherits the test process's SIGTERM handler (which stops a
+    # run as Ctrl-C would); a rank must end on SIGTERM, as a fresh one does.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # If the parent is killed outright it cannot end us; let the kernel do it.
     if not sys.platform.startswith("linux"):
         return
@@ -187,6 +219,18 @@ def _die_with_parent(parent_pid: int) -> None:
         os.kill(parent_pid, 0)
     except ProcessLookupError:
         os._exit(1)  # it died before the request took effect
+
+
+def _destroy_process_group() -> None:
+    # A group left to interpreter shutdown (spawned ranks shut the interpreter
+    # down) can abort there: "terminate called without an active exception"
+    # from a gloo thread. Torn down here, after every rank is done, it cannot.
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - the rank's report is already sent
+        pass
 
 
 def _redirect_output(log_path: str) -> None:
@@ -217,14 +261,18 @@ def child_main(
     parent_pid: int,
     run_kwargs: dict[str, Any],
     environ: dict[str, str] | None = None,
+    leave_with_peers: bool = False,
 ) -> None:
     """Run one rank of one test; the target of every rank process.
 
     ``environ`` is the parent's environment when it started the ranks: a rank
     forked from a long-lived server would otherwise see the server's, which
     misses whatever the test's setUp exported (TEMP_DIR, WORLD_SIZE, ...).
+    ``leave_with_peers``: the parent coordinates the ranks' departure
+    (:func:`leave_together`).
     """
-    global _reporter
+    global _reporter, _leaves_with_peers
+    _leaves_with_peers = leave_with_peers
     _die_with_parent(parent_pid)
     adopt_environment(environ)
     _redirect_output(files.log_path)
@@ -234,7 +282,11 @@ def child_main(
         cls = resolve_class(cls)
         cls._run(rank, test_name, file_name, control_conn, **run_kwargs)
     except SystemExit as exc:
-        reporter.send(ReportStatus.EXITED, exit_code=exit_code_of(exc))
+        code = exit_code_of(exc)
+        reporter.send(ReportStatus.EXITED, exit_code=code)
+        if code != TEST_ERROR_EXIT_CODE:
+            leave_together()  # a skip, or an exit code the test may expect
+        _destroy_process_group()
         raise
     except BaseException:
         # Only reached when an override of run_test lets an exception escape.
@@ -242,6 +294,8 @@ def child_main(
         raise SystemExit(TEST_ERROR_EXIT_CODE) from None
     else:
         reporter.send(ReportStatus.PASSED)
+        leave_together()
+        _destroy_process_group()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
