@@ -139,8 +139,11 @@ class RankSupervisor:
             self._on_results_readable(handle.results)
 
     def _note(self, outcome: RankOutcome) -> None:
-        if self._stop_at is None and self._is_decisive(outcome):
-            self._stop_at = time.monotonic() + FAILURE_GRACE_S
+        if outcome.failed_at is not None or not self._is_decisive(outcome):
+            return
+        outcome.failed_at = time.monotonic()
+        if self._stop_at is None:
+            self._stop_at = outcome.failed_at + FAILURE_GRACE_S
             self._let_go()
 
     def _let_go(self) -> None:

@@ -33,6 +33,7 @@ class RankOutcome:
     output_tail: list[str] = field(default_factory=list)
     legacy_error: str | None = None  # traceback sent upstream's way, over the control pipe
     reached_worker: bool = True  # False: it died while Python started, before our code ran
+    failed_at: float | None = None  # monotonic time the parent learned this rank failed
 
     @property
     def status(self) -> ReportStatus | None:
@@ -163,6 +164,12 @@ def _skip_summary(skipped: list[tuple[int, str]]) -> str:
     return "; ".join(f"rank {rank}: {reason}" for rank, reason in skipped)
 
 
+def _after_first(outcome: RankOutcome, problem: str, first: RankOutcome) -> str:
+    if outcome is first or outcome.failed_at is None or first.failed_at is None:
+        return problem
+    return f"{problem}, {outcome.failed_at - first.failed_at:.1f} s after rank {first.rank}"
+
+
 def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Verdict:
     """The one verdict for a test from every rank's outcome."""
     outcomes = sorted(outcomes, key=lambda o: o.rank)
@@ -172,7 +179,12 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
         names = ", ".join(str(o.rank) for o, _ in problems)
         plural = "s" if len(problems) > 1 else ""
         head = f"{len(problems)} of {world} ranks failed (rank{plural} {names}):"
-        failed = tuple(RankFailureDetail(o.rank, p, _rank_details(o)) for o, p in problems)
+        # First failure first: a later one is often a consequence (a peer that
+        # lost its connection), and says how long after the first it came.
+        problems.sort(key=lambda item: (item[0].failed_at is None, item[0].failed_at or 0.0))
+        first = problems[0][0]
+        failed = tuple(RankFailureDetail(o.rank, _after_first(o, p, first), _rank_details(o))
+                       for o, p in problems)
         blamed = {o.rank for o, _ in problems}
         ended = [o.rank for o in outcomes if o.ended_by_harness and o.rank not in blamed]
         tail = []

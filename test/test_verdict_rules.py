@@ -128,3 +128,17 @@ def test_decisive_means_the_wait_can_stop():
     assert not is_decisive(outcome(0, PASSED, None), STRICT)  # still running
     assert not is_decisive(outcome(0, ReportStatus.SKIPPED, 86, reason="r"), STRICT)
     assert not is_decisive(outcome(0, PASSED, 0), STRICT)
+
+
+def test_the_first_failure_comes_first_and_later_ones_say_how_much_later():
+    first = outcome(1, ReportStatus.FAILED, exit_code=10, traceback="ValueError: broke",
+                    failed_at=100.0)
+    later = outcome(0, ReportStatus.FAILED, exit_code=10,
+                    traceback="RuntimeError: Connection closed by peer", failed_at=100.25)
+    verdict = decide_verdict([later, first], STRICT)
+    assert verdict.summary.splitlines()[:3] == [
+        "2 of 2 ranks failed (ranks 0, 1):",
+        "rank 1: raised an exception",
+        "rank 0: raised an exception, 0.2 s after rank 1",
+    ]
+    assert [detail.rank for detail in verdict.failed_ranks] == [1, 0]
