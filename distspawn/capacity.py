@@ -47,22 +47,29 @@ def _available_memory() -> int | None:
     return None
 
 
+def positive_int_from_env(name: str) -> int | None:
+    """The integer >= 1 in environment variable ``name``; None when it is unset or empty."""
+    configured = os.environ.get(name)
+    if not configured:
+        return None
+    try:
+        value = int(configured)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{name}={configured!r} is not valid; expected an integer >= 1")
+    return value
+
+
 def rank_capacity(start_method: str | None) -> tuple[int, str]:
     """The most ranks that can run at once here, and the limits behind it.
 
     ``start_method`` is "spawn", "fork" or "forkserver" for rank processes,
     None for rank threads (which cost no descriptors or interpreter).
     """
-    configured = os.environ.get(MAX_RANKS_VAR)
-    if configured:
-        try:
-            value = int(configured)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(
-                f"{MAX_RANKS_VAR}={configured!r} is not valid; expected an integer >= 1")
-        return value, f"{MAX_RANKS_VAR}={value}"
+    configured = positive_int_from_env(MAX_RANKS_VAR)
+    if configured is not None:
+        return configured, f"{MAX_RANKS_VAR}={configured}"
     caps: list[tuple[int, str]] = []
     tasks = _soft_limit(resource.RLIMIT_NPROC)
     if tasks is not None:

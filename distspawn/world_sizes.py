@@ -20,6 +20,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from .capacity import positive_int_from_env
+
 MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"
 
 _VARIANT_OF = "_distspawn_variant_of"  # set on a sized variant: the class it sizes
@@ -93,16 +95,9 @@ def _device_count() -> int:
 
 def machine_max_world_size(per_device: bool = False) -> tuple[int, str]:
     """The largest world size this machine gives, and where that figure comes from."""
-    configured = os.environ.get(MAX_WORLD_SIZE_VAR)
-    if configured:
-        try:
-            value = int(configured)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise ValueError(
-                f"{MAX_WORLD_SIZE_VAR}={configured!r} is not valid; expected an integer >= 1")
-        return value, f"{MAX_WORLD_SIZE_VAR}={value}"
+    configured = positive_int_from_env(MAX_WORLD_SIZE_VAR)
+    if configured is not None:
+        return configured, f"{MAX_WORLD_SIZE_VAR}={configured}"
     if per_device:
         count = _device_count()
         return count, f"{count} accelerator device(s), one per rank"
