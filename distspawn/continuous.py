@@ -19,6 +19,7 @@ import atexit
 import inspect
 import logging
 import os
+import shutil
 import tempfile
 import time
 import unittest
@@ -38,10 +39,10 @@ from .dist_backend import backend_is_available
 from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from .capacity import check_rank_capacity
 from .multiprocess import validate_world_size
-from .protocol import RankReport
-from .supervisor import end_processes
+from .multiprocess import start_failure_hint
+from .supervisor import RankProcess, RankSupervisor, end_processes, log_size
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
-from .worker import class_ref
+from .worker import RankFiles, class_ref
 from .world_sizes import variants_of
 from .verdict import (
     RankFailure,
@@ -65,12 +66,14 @@ class _Worker:
     rank: int
     process: Any
     conn: Connection
+    files: RankFiles
 
 
 @dataclass
 class _Pool:
     workers: list[_Worker]
     rdvz_file: str
+    work_dir: str  # the workers' logs, stack and crash files; gone with the pool
 
 
 # Classes whose pool is running: a run stopped between two tests (Ctrl-C,
@@ -222,20 +225,29 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         process_class = launch.process_class(method)
         handle, rdvz_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
         os.close(handle)
-        workers: list[_Worker] = []
+        pool = _Pool([], rdvz_file, tempfile.mkdtemp(prefix="distspawn-pool-"))
+        # Registered before any start, so that a failed start still cleans up.
+        cls._live_pool = pool
+        _classes_with_pools.add(cls)
         environ = dict(os.environ)
         for rank in range(world_size):
             parent_end, child_end = mp.Pipe()
+            files = RankFiles.in_dir(pool.work_dir, rank)
             process = process_class(
                 target=worker_loop, name=f"{cls.__name__} rank {rank}", daemon=True,
                 args=(class_ref(cls), rank, world_size, rdvz_file, child_end, os.getpid(),
-                      environ))
-            process.start()
+                      environ, files))
+            try:
+                process.start()
+            except Exception as exc:
+                parent_end.close()
+                child_end.close()
+                cls._end_pool(stop_gently=False)
+                raise RuntimeError(
+                    f"could not start rank {rank} of {cls.__qualname__}'s reused workers: "
+                    f"{exc}{start_failure_hint(exc)}") from exc
             child_end.close()
-            workers.append(_Worker(rank, process, parent_end))
-        pool = _Pool(workers, rdvz_file)
-        cls._live_pool = pool
-        _classes_with_pools.add(cls)
+            pool.workers.append(_Worker(rank, process, parent_end, files))
         if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
             cls.world_size = world_size  # as upstream: the dispatcher knows it too
         return pool
@@ -261,6 +273,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             os.remove(pool.rdvz_file)
         except OSError:
             pass
+        shutil.rmtree(pool.work_dir, ignore_errors=True)
 
     def _join_ranks(self, fn: Callable) -> None:
         cls = type(self)
@@ -298,66 +311,21 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             "the next test)", verdict, f"Re-run just this test:\n  {rerun_command(self)}")
 
     def _run_on_pool(self, pool: _Pool, task: Task) -> list[RankOutcome]:
-        outcomes = {w.rank: RankOutcome(w.rank, pid=w.process.pid) for w in pool.workers}
-        waiting = {}
+        """Send ``task`` to every worker; the supervisor watches them as it does
+        fresh ranks, counting a rank done once it reported for this test id."""
+        ranks = []
         for worker in pool.workers:
+            ranks.append(RankProcess(worker.rank, worker.process, None, worker.conn,
+                                     worker.files, log_start=log_size(worker.files.log_path)))
             try:
                 worker.conn.send(task)
-                waiting[worker.conn] = worker
             except (OSError, BrokenPipeError):
                 pass  # it died: its sentinel says how
-        by_sentinel = {w.process.sentinel: w for w in pool.workers}
-        deadline = time.monotonic() + get_timeout(task.test_id)
-        policy = ReturnCodePolicy()
-        pending = {w.rank for w in pool.workers}
-        silent = set()  # ranks whose pipe closed: only their exit is left to see
-        while pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            watched = [w.process.sentinel for w in pool.workers if w.rank in pending]
-            watched += [w.conn for w in pool.workers if w.rank in pending - silent]
-            for ready in wait(watched, timeout=remaining):
-                worker = waiting.get(ready) or by_sentinel[ready]
-                if worker.rank not in pending:
-                    continue
-                outcome = outcomes[worker.rank]
-                if ready is worker.conn:
-                    report, closed = self._receive(worker, task.test_id)
-                    if closed:
-                        silent.add(worker.rank)
-                    if report is not None:
-                        outcome.report, outcome.exit_code = report, 0
-                        if report.exit_code is not None:
-                            outcome.exit_code = report.exit_code
-                        pending.discard(worker.rank)
-                elif worker.rank in silent or not worker.conn.poll():
-                    worker.process.join()
-                    outcome.exit_code = worker.process.exitcode
-                    pending.discard(worker.rank)
-            if pending and any(is_decisive(o, policy) for o in outcomes.values()):
-                # The verdict is known; the others get a moment to report, no more.
-                deadline = min(deadline, time.monotonic() + PEER_REPORT_GRACE_S)
-        failed = any(is_decisive(o, policy) for o in outcomes.values())
-        for rank in pending:
-            if failed:
-                outcomes[rank].ended_by_harness = True
-            else:
-                outcomes[rank].timed_out = True
-        return [outcomes[r] for r in sorted(outcomes)]
-
-    @staticmethod
-    def _receive(worker: _Worker, test_id: str) -> tuple[RankReport | None, bool]:
-        """This test's report from ``worker`` if one came, and whether the pipe closed."""
-        try:
-            report = worker.conn.recv()
-        except (EOFError, OSError):
-            return None, True
-        if not isinstance(report, RankReport) or report.test_name != test_id:
-            logger.warning("rank %s sent a result for %r while %r was running; ignored",
-                           worker.rank, getattr(report, "test_name", report), test_id)
-            return None, False
-        return report, False
+        policy = ReturnCodePolicy(lenient_skips=type(self).lenient_skips)
+        supervisor = RankSupervisor(ranks, get_timeout(task.test_id),
+                                    lambda outcome: is_decisive(outcome, policy),
+                                    test_id=task.test_id)
+        return supervisor.watch()
 
 
 # Upstream's older, misspelled name.

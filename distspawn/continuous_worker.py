@@ -25,10 +25,11 @@ from .skips import SKIP_MESSAGE_BY_EXIT_CODE
 from .testcase import set_rng_seed
 from .worker import (
     ClassRef,
-    _die_with_parent,
-    adopt_environment,
+    RankFiles,
+    enable_native_crash_dump,
     exit_code_of,
     format_user_exception,
+    prepare_rank_process,
     resolve_class,
 )
 
@@ -99,10 +100,15 @@ def _run_one(cls: type, rank: int, world_size: int, test_id: str) -> RankReport:
 
 
 def worker_loop(cls: ClassRef | type, rank: int, world_size: int, rdvz_file: str,
-                conn: Connection, parent_pid: int, environ: dict[str, str]) -> None:
-    """Target of each reused rank process: set up once, then serve tasks."""
-    _die_with_parent(parent_pid)
-    adopt_environment(environ)
+                conn: Connection, parent_pid: int, environ: dict[str, str],
+                files: RankFiles) -> None:
+    """Target of each reused rank process: set up once, then serve tasks.
+
+    Set up as a fresh rank is (``prepare_rank_process``): its output goes to
+    its own log, from which the parent takes each test's part for reports.
+    """
+    prepare_rank_process(files, parent_pid, environ)
+    enable_native_crash_dump()
     cls = resolve_class(cls)
     cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file
     init_skip = None

@@ -21,7 +21,6 @@ import time
 import unittest
 from typing import Any, Callable
 
-import torch
 import torch.distributed as c10d
 import torch.multiprocessing as mp
 from multiprocessing.connection import wait
@@ -30,7 +29,6 @@ from . import launch, worker
 from .capacity import MAX_RANKS_VAR, check_rank_capacity
 from .environment import (
     DEFAULT_WORLD_SIZE,
-    IS_LINUX,
     IS_SANDCASTLE,
     TEST_ERROR_EXIT_CODE,
     get_timeout,
@@ -167,10 +165,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         for rank in range(world_size):
             control_parent, control_child = mp.Pipe()
             results_parent, results_child = mp.Pipe()  # duplex: LEAVE goes back on it
-            files = worker.RankFiles(
-                log_path=os.path.join(self._work_dir, f"rank-{rank}.log"),
-                stack_path=os.path.join(self._work_dir, f"rank-{rank}.stack"),
-            )
+            files = worker.RankFiles.in_dir(self._work_dir, rank)
             try:
                 process = proc(
                     target=worker.child_main,
@@ -244,10 +239,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
             daemon=True,
         )
         listener.start()
-        fatal_hook = getattr(torch._C, "_set_print_stack_traces_on_fatal_signal", None)
-        if IS_LINUX and fatal_hook is not None:
-            fatal_hook(True)  # a native crash prints its stack into the rank's output
-        os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
+        worker.enable_native_crash_dump()
         set_rng_seed()
         try:
             getattr(self, test_name)()

@@ -1,5 +1,11 @@
 """Parent side: watch the ranks of one test until its verdict is known.
 
+Every set of rank processes is watched here, fresh or reused: a fresh rank is
+done with its test when it exits, a reused one (``test_id`` given) when it has
+reported for that test id and stays alive for the next. Either way the same
+loop keeps the deadline, takes every live rank's stacks when it passes, and
+reads each rank's output tail and crash dump for the report.
+
 One loop waits on every rank's result pipe and process sentinel together
 (``multiprocessing.connection.wait``), so nothing is polled on a timer. Each
 kind of event has one small handler: a report arrived, a rank exited, the
@@ -10,6 +16,8 @@ processes this supervisor was given are ever signalled.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -17,9 +25,12 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Callable
 
+from .crash_text import drop_frames, python_crash_stack, split_native_dump, trim_native_dump
 from .protocol import DEPARTING, LEAVE, Event, RankReport
 from .verdict import RankOutcome
-from .worker import STACK_DUMP_SIGNAL, RankFiles
+from .worker import STACK_DUMP_SIGNAL, RankFiles, is_harness_frame
+
+logger = logging.getLogger(__name__)
 
 # After the first decisive rank, how long the others may still report (so that
 # several ranks failing together are all named) before they are ended.
@@ -33,13 +44,19 @@ OUTPUT_TAIL_LINES = 40
 
 @dataclass(eq=False)
 class RankProcess:
-    """A started rank: its process and the parent's ends of its two pipes."""
+    """A started rank: its process and the parent's ends of its pipes.
+
+    A reused rank has one pipe for both (tasks down, reports up) and no
+    upstream-style control pipe; ``log_start`` is where this test's output
+    begins in its log, which the rank keeps for its whole life.
+    """
 
     rank: int
     process: BaseProcess
-    control: Connection
+    control: Connection | None
     results: Connection
     files: RankFiles
+    log_start: int = 0
 
 
 class RankSupervisor:
@@ -50,7 +67,10 @@ class RankSupervisor:
         ranks: list[RankProcess],
         timeout_s: float,
         is_decisive: Callable[[RankOutcome], bool],
+        test_id: str | None = None,
     ) -> None:
+        # Reused ranks: done once they reported for ``test_id``, not when they exit.
+        self._test_id = test_id
         self._ranks = {r.rank: r for r in ranks}
         # Ranks done with their test, waiting to leave together (worker.leave_together);
         # once any rank has left or the verdict is known, everyone may go at once.
@@ -62,6 +82,8 @@ class RankSupervisor:
         self._open_results = {r.results: r.rank for r in ranks}
         self._running = {r.process.sentinel: r.rank for r in ranks}
         self._stop_at: float | None = None
+        self._closed_at: dict[int, float] = {}  # when each rank's result pipe closed
+        self._now = time.monotonic()
 
     def watch(self) -> list[RankOutcome]:
         """Wait for every rank, the first failure, or the deadline; then collect."""
@@ -72,13 +94,18 @@ class RankSupervisor:
                 remaining = limit - time.monotonic()
                 if remaining <= 0:
                     break
-                for ready in wait([*self._open_results, *self._running], timeout=remaining):
-                    # Membership is re-checked: handling one rank's exit drains (and
-                    # may close) its result pipe, which can also be in this batch.
-                    if ready in self._open_results:
-                        self._on_results_readable(ready)
-                    elif ready in self._running:
-                        self._on_rank_exited(self._running.pop(ready))
+                ready = wait([*self._open_results, *self._running], timeout=remaining)
+                # Everything seen in one wake-up happened "now": which of two
+                # simultaneous events is handled first must not order them.
+                self._now = time.monotonic()
+                # Exits first: a rank that died and the peer it took down are often
+                # seen together, and the death is the cause. Membership is
+                # re-checked: handling an exit drains (and may close) that
+                # rank's result pipe, which can also be in this batch.
+                for sentinel in [r for r in ready if r in self._running]:
+                    self._on_rank_exited(self._running.pop(sentinel))
+                for conn in [r for r in ready if r in self._open_results]:
+                    self._on_results_readable(conn)
             if self._running:
                 if self._stop_at is not None:
                     self._on_failure_known()
@@ -100,14 +127,34 @@ class RankSupervisor:
             message = conn.recv()
         except (EOFError, OSError):
             del self._open_results[conn]
+            # Its pipe closes the moment it dies; its exit status can come later
+            # (under forkserver, once the server has reaped it).
+            self._closed_at.setdefault(rank, self._now)
             return
         if message == DEPARTING:
             self._departing.add(rank)
             if self._free_to_leave or len(self._departing) == len(self._ranks):
                 self._let_go()
-        elif isinstance(message, RankReport) and self.outcomes[rank].report is None:
+        elif not isinstance(message, RankReport) or self.outcomes[rank].report is not None:
+            return
+        elif self._test_id is None:
             self.outcomes[rank].report = message
             self._note(self.outcomes[rank])
+        elif message.test_name != self._test_id:
+            logger.warning("rank %s sent a result for %r while %r was running; ignored",
+                           rank, message.test_name, self._test_id)
+        else:
+            self._on_reused_rank_reported(rank, message)
+
+    def _on_reused_rank_reported(self, rank: int, report: RankReport) -> None:
+        """A reused rank is done with this test; its process stays for the next."""
+        outcome = self.outcomes[rank]
+        outcome.report = report
+        outcome.exit_code = report.exit_code if report.exit_code is not None else 0
+        handle = self._ranks[rank]
+        self._running.pop(handle.process.sentinel, None)
+        self._open_results.pop(handle.results, None)
+        self._note(outcome)
 
     def _on_rank_exited(self, rank: int) -> None:
         """A rank's process ended: read what it sent before exiting, record its code."""
@@ -130,7 +177,8 @@ class RankSupervisor:
         for handle in live:
             outcome = self.outcomes[handle.rank]
             outcome.timed_out = True
-            outcome.stack = stacks.get(handle.rank)
+            stack = stacks.get(handle.rank)
+            outcome.stack = None if stack is None else drop_frames(stack, _is_not_the_users)
 
     # -- helpers ------------------------------------------------------------
 
@@ -139,9 +187,19 @@ class RankSupervisor:
             self._on_results_readable(handle.results)
 
     def _note(self, outcome: RankOutcome) -> None:
-        if outcome.failed_at is not None or not self._is_decisive(outcome):
+        if outcome.failed_at is not None:
             return
-        outcome.failed_at = time.monotonic()
+        judged = outcome
+        if outcome.exit_code is None and outcome.report is not None \
+                and outcome.report.exit_code is not None:
+            # It called sys.exit(code) and is on its way out (or waiting to leave
+            # with the others): its code decides now, not once it has gone.
+            judged = dataclasses.replace(outcome, exit_code=outcome.report.exit_code)
+        if not self._is_decisive(judged):
+            return
+        outcome.failed_at = self._now
+        if outcome.report is None and outcome.rank in self._closed_at:
+            outcome.failed_at = self._closed_at[outcome.rank]  # it died then, unreported
         if self._stop_at is None:
             self._stop_at = outcome.failed_at + FAILURE_GRACE_S
             self._let_go()
@@ -161,9 +219,37 @@ class RankSupervisor:
         self._drain_results(handle)
         if outcome.exit_code is None:
             outcome.exit_code = handle.process.exitcode
-        outcome.legacy_error = _legacy_error(handle.control)
+        if handle.control is not None:
+            outcome.legacy_error = _legacy_error(handle.control)
         outcome.reached_worker = os.path.exists(handle.files.log_path)
-        outcome.output_tail = read_tail(handle.files.log_path, OUTPUT_TAIL_LINES)
+        # Read well past the tail: a native crash dump can fill a screen.
+        output = read_tail(handle.files.log_path, 20 * OUTPUT_TAIL_LINES, handle.log_start)
+        own, native = split_native_dump(output)
+        outcome.output_tail = own[-OUTPUT_TAIL_LINES:]
+        crashed = not (outcome.ended_by_harness or outcome.timed_out)
+        if outcome.signal_name is not None and crashed:
+            outcome.native_frames = trim_native_dump(native)
+            if handle.files.crash_path:
+                outcome.crash_stack = python_crash_stack(
+                    _read_text(handle.files.crash_path), _is_not_the_users)
+                crashed_at = _crash_time(handle.files.crash_path)
+                if outcome.crash_stack and crashed_at is not None and outcome.failed_at:
+                    # Dying takes a while (native handlers print every thread), and
+                    # its peers may report the lost connection first: the crash
+                    # file says when it really happened.
+                    outcome.failed_at = min(outcome.failed_at, crashed_at)
+        elif native:
+            outcome.output_tail = output[-OUTPUT_TAIL_LINES:]  # not a crash of ours: as printed
+
+
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+
+
+def _is_not_the_users(path: str) -> bool:
+    # Frames of the harness and of the standard library's process and thread
+    # start-up sit under every rank's test; the user's frames are the rest.
+    return is_harness_frame(path) or (path.startswith(_STDLIB_DIR)
+                                      and "site-packages" not in path)
 
 
 def _legacy_error(control: Connection) -> str | None:
@@ -230,6 +316,8 @@ def _read_when_settled(ranks: list[RankProcess]) -> dict[RankProcess, str]:
 def _stacks_over_pipes(ranks: list[RankProcess]) -> dict[int, str]:
     stacks = {}
     for handle in ranks:
+        if handle.control is None:
+            continue  # a reused rank: only the signal can ask it
         try:
             handle.control.send(Event.GET_TRACEBACK)
             if handle.control.poll(STACK_WAIT_S):
@@ -237,6 +325,15 @@ def _stacks_over_pipes(ranks: list[RankProcess]) -> dict[int, str]:
         except (EOFError, OSError):
             continue
     return stacks
+
+
+def _crash_time(path: str) -> float | None:
+    """When the crash file was written, on the monotonic clock."""
+    try:
+        age = time.time() - os.path.getmtime(path)
+    except OSError:
+        return None
+    return time.monotonic() - max(0.0, age)
 
 
 def _file_size(path: str) -> int:
@@ -254,15 +351,20 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def read_tail(path: str, lines: int) -> list[str]:
-    """The last ``lines`` lines of a text file (empty if it is missing)."""
+def read_tail(path: str, lines: int, start: int = 0) -> list[str]:
+    """The last ``lines`` lines of a text file from byte ``start`` on (empty if missing)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
+            f.seek(max(start, size - 256 * 1024))
             data = f.read()
     except OSError:
         return []
     text = data.decode(errors="replace").splitlines()
     return text[-lines:]
+
+
+def log_size(path: str) -> int:
+    """Where the next line written to a rank's log will start."""
+    return _file_size(path)

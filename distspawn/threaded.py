@@ -42,6 +42,10 @@ logger = logging.getLogger(__name__)
 
 # After a rank failed, how long the others get to stop before the verdict.
 STOP_GRACE_S = 2.0
+# After the first decisive failure, how long ranks still running their own
+# code get to end by themselves (several failing together are then each named
+# with their own error) before the harness interrupts them.
+FAILURE_GRACE_S = 0.5
 
 
 class RankTimedOut(TimeoutError):
@@ -62,6 +66,7 @@ class _SessionRecord:
 
     world_size: int
     failures: list = field(default_factory=list)  # (rank, exc_info)
+    failed_at: dict = field(default_factory=dict)  # rank -> when its first failure came
     finished: set = field(default_factory=set)
     decisive: bool = False
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -69,6 +74,7 @@ class _SessionRecord:
     def note_failure(self, rank: int, exc_info, decisive: bool) -> None:
         with self.changed:
             self.failures.append((rank, exc_info))
+            self.failed_at.setdefault(rank, time.monotonic())
             if decisive:
                 self.decisive = True
                 self.changed.notify_all()
@@ -210,7 +216,12 @@ def _wait_for_ranks(session: ThreadedSession, threads: list[threading.Thread]) -
     deadline = session.deadline
     record.wait(deadline, lambda: record.decisive or not record.running())
     if record.decisive and record.running():
-        # The verdict is known: stop the others rather than wait for them.
+        # The verdict is known. Ranks waiting in a collective were woken by the
+        # session's stop; ranks still running their own code get a moment to end
+        # by themselves (a rank about to raise its own error is named with it,
+        # never relabelled as interrupted); whoever is left is then stopped.
+        record.wait(min(deadline, time.monotonic() + FAILURE_GRACE_S),
+                    lambda: not record.running())
         reported = {rank for rank, _ in record.failures}
         for rank in record.running():
             if rank not in reported:
@@ -234,7 +245,8 @@ def _wait_for_ranks(session: ThreadedSession, threads: list[threading.Thread]) -
     return failures
 
 
-def _outcomes(failures: list, world_size: int) -> list[RankOutcome]:
+def _outcomes(failures: list, world_size: int,
+              failed_at: dict[int, float]) -> list[RankOutcome]:
     outcomes = {rank: RankOutcome(rank, report=RankReport(rank, "", ReportStatus.PASSED),
                                   exit_code=0)
                 for rank in range(world_size)}
@@ -245,6 +257,7 @@ def _outcomes(failures: list, world_size: int) -> list[RankOutcome]:
             continue  # how a rank first ended is what counts (later: e.g. our interrupt)
         seen.add(rank)
         outcome = outcomes.setdefault(rank, RankOutcome(rank))
+        outcome.failed_at = failed_at.get(rank)
         if isinstance(exc, RankTimedOut):
             outcome.timed_out, outcome.stack, outcome.exit_code = True, exc.stack, None
             outcome.stack_scope = "its thread"
@@ -376,17 +389,23 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
             _end_session(session, threads)
         while not cls.exception_queue.empty():  # upstream-style overrides put here
             failures.append(cls.exception_queue.get())
-        cls._check_return_codes(failures, session.timeout, fn, world_size=len(threads))
+        cls._check_return_codes(failures, session.timeout, fn, world_size=len(threads),
+                                failed_at=_record_of(session).failed_at)
 
     @classmethod
     def _check_return_codes(cls, failed_ranks: list, timeout: float, fn: Callable,
-                            world_size: int | None = None) -> None:
-        """Raise on a failing or skipped test, from each rank's (rank, exc_info)."""
+                            world_size: int | None = None,
+                            failed_at: dict[int, float] | None = None) -> None:
+        """Raise on a failing or skipped test, from each rank's (rank, exc_info).
+
+        ``failed_at`` (rank -> monotonic time) orders the failing ranks, first first.
+        """
         __tracebackhide__ = True
         if world_size is None:
             world_size = max([rank for rank, _ in failed_ranks], default=-1) + 1
         policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
-        verdict = decide_verdict(_outcomes(failed_ranks, world_size), policy)
+        verdict = decide_verdict(_outcomes(failed_ranks, world_size, failed_at or {}),
+                                 policy)
         if verdict.kind is VerdictKind.SKIP:
             raise unittest.SkipTest(verdict.message)
         if verdict.kind is VerdictKind.PASS:

@@ -30,10 +30,12 @@ class RankOutcome:
     ended_by_harness: bool = False  # ended by us because the verdict was already known
     stack: str | None = None  # its stack(s), taken at the deadline
     stack_scope: str = "all threads"  # whose stacks ``stack`` holds
+    crash_stack: str | None = None  # faulthandler's Python stack, when it died by a signal
+    native_frames: list[str] = field(default_factory=list)  # its native dump, trimmed
     output_tail: list[str] = field(default_factory=list)
     legacy_error: str | None = None  # traceback sent upstream's way, over the control pipe
     reached_worker: bool = True  # False: it died while Python started, before our code ran
-    failed_at: float | None = None  # monotonic time the parent learned this rank failed
+    failed_at: float | None = None  # monotonic time it failed (as learned, or its crash file's)
 
     @property
     def status(self) -> ReportStatus | None:
@@ -147,9 +149,16 @@ def _rank_details(outcome: RankOutcome) -> str:
             lines.append(_indent(outcome.stack.rstrip(), "    "))
         else:
             lines.append("  (it did not answer the stack request)")
+    if outcome.crash_stack:
+        # The crash first: where its Python code was when the signal came.
+        lines.append("  its Python stack when it crashed:")
+        lines.append(_indent(outcome.crash_stack.rstrip(), "    "))
     if outcome.output_tail:
         lines.append(f"  last {len(outcome.output_tail)} lines of its output:")
         lines.extend(f"  [rank {outcome.rank}] {line}" for line in outcome.output_tail)
+    if outcome.native_frames:
+        lines.append("  native frames (trimmed):")
+        lines.extend(f"    {line.strip()}" for line in outcome.native_frames)
     return "\n".join(lines)
 
 
@@ -181,7 +190,11 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
         head = f"{len(problems)} of {world} ranks failed (rank{plural} {names}):"
         # First failure first: a later one is often a consequence (a peer that
         # lost its connection), and says how long after the first it came.
-        problems.sort(key=lambda item: (item[0].failed_at is None, item[0].failed_at or 0.0))
+        # A rank that never finished comes before the peers whose waits it ran out;
+        # of failures seen at the same moment, a death without a report (a crash,
+        # a kill) comes before the peers' errors about the connection it took.
+        problems.sort(key=lambda item: (not item[0].timed_out, item[0].failed_at is None,
+                                        item[0].failed_at or 0.0, item[0].report is not None))
         first = problems[0][0]
         failed = tuple(RankFailureDetail(o.rank, _after_first(o, p, first), _rank_details(o))
                        for o, p in problems)

@@ -31,10 +31,17 @@ STACK_DUMP_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 @dataclass(frozen=True)
 class RankFiles:
-    """Where one rank writes its combined stdout/stderr and its stack dumps."""
+    """Where one rank writes its combined stdout/stderr, stack dumps and crash stack."""
 
     log_path: str
     stack_path: str
+    crash_path: str | None = None
+
+    @classmethod
+    def in_dir(cls, directory: str, rank: int) -> "RankFiles":
+        """The files of ``rank`` in ``directory`` (removed with it)."""
+        base = os.path.join(directory, f"rank-{rank}")
+        return cls(f"{base}.log", f"{base}.stack", f"{base}.crash")
 
 
 class ResultReporter:
@@ -124,7 +131,8 @@ _SUITE_PATHS = (os.path.join(_PACKAGE_DIR, "conformance") + os.sep,
                 os.path.join(_PACKAGE_DIR, "distributed_test.py"))
 
 
-def _is_harness_frame(filename: str) -> bool:
+def is_harness_frame(filename: str) -> bool:
+    """Whether a frame in ``filename`` is distspawn's own (not its test suites')."""
     return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_SUITE_PATHS)
 
 
@@ -133,7 +141,7 @@ def format_user_exception() -> str:
     exc = sys.exc_info()[1]
     summary = traceback.TracebackException.from_exception(exc)
     for part in _chain(summary):
-        kept = [f for f in part.stack if not _is_harness_frame(f.filename)]
+        kept = [f for f in part.stack if not is_harness_frame(f.filename)]
         part.stack = traceback.StackSummary.from_list(kept or list(part.stack))
     return "".join(summary.format())
 
@@ -250,6 +258,39 @@ def _register_stack_dump(stack_path: str):
     return stack_file
 
 
+def _record_python_stack_on_crash(crash_path: str | None) -> None:
+    # A fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes every
+    # thread's Python stack here before the process dies; the report shows it
+    # first. Handlers installed later (torch's native dump) run before this
+    # one and then hand the signal on, so both are kept.
+    if crash_path is None:
+        return
+    crash_file = open(crash_path, "w")  # noqa: SIM115 - must live as long as the process
+    faulthandler.enable(file=crash_file, all_threads=True)
+
+
+def enable_native_crash_dump() -> None:
+    """Have torch print native frames into the rank's output on a fatal signal."""
+    torch_c = getattr(sys.modules.get("torch"), "_C", None)
+    hook = getattr(torch_c, "_set_print_stack_traces_on_fatal_signal", None)
+    if sys.platform.startswith("linux") and hook is not None:
+        hook(True)
+    os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
+
+
+def prepare_rank_process(files: RankFiles, parent_pid: int,
+                         environ: dict[str, str] | None):
+    """Everything a rank process does before its first test, fresh or reused.
+
+    Returns the open stack-dump file (None where there is no dump signal).
+    """
+    _die_with_parent(parent_pid)
+    adopt_environment(environ)
+    _redirect_output(files.log_path)
+    _record_python_stack_on_crash(files.crash_path)
+    return _register_stack_dump(files.stack_path)
+
+
 def child_main(
     cls: ClassRef | type,
     rank: int,
@@ -273,10 +314,7 @@ def child_main(
     """
     global _reporter, _leaves_with_peers
     _leaves_with_peers = leave_with_peers
-    _die_with_parent(parent_pid)
-    adopt_environment(environ)
-    _redirect_output(files.log_path)
-    stack_file = _register_stack_dump(files.stack_path)
+    stack_file = prepare_rank_process(files, parent_pid, environ)
     _reporter = reporter = ResultReporter(result_conn, rank, test_name)
     try:
         cls = resolve_class(cls)

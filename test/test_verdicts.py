@@ -48,7 +48,14 @@ def test_exception_on_rank0_ends_the_others_early(faults):
 def test_sigsegv_is_named_by_signal(faults):
     report = faults.report("test_sigsegv_on_rank1")
     assert "rank 1: crashed with SIGSEGV (exit code -11)" in report
-    assert "[rank 1] " in report  # the crash dump from the rank's output
+    # The crash leads: the Python line it died on, then its own last output,
+    # then torch's native frames, cut short.
+    stack = report.index("line 40 in test_sigsegv_on_rank1")
+    tail = report.index("[rank 1] rank 1 reached the crash site")
+    native = report.index("native frames (trimmed):")
+    assert "its Python stack when it crashed:" in report
+    assert stack < tail < native, report
+    assert report.count("frame #") <= 10, report
     elapsed = float(re.search(r"failed after ([\d.]+)s", report).group(1))
     assert elapsed < 30
 

@@ -35,6 +35,7 @@ class Faults(TwoRankTestCase):
         time.sleep(60)  # would hang without early stop
 
     def test_sigsegv_on_rank1(self):
+        print(f"rank {self.rank} reached the crash site", flush=True)
         if self.rank == 1:
             os.kill(os.getpid(), signal.SIGSEGV)
         time.sleep(60)
