@@ -4,7 +4,7 @@ Kept apart from the ``distspawn`` package so that loading it costs nothing:
 pytest loads every installed plugin for every run, and importing distspawn
 imports torch. The hooks that need distspawn act only once a test module has
 imported it (a distspawn test class cannot exist before that) and then hand
-over to ``distspawn.pytest_plugin``. See that module and README.rst for what
+over to ``distspawn.integrations.pytest_plugin``. See that module and README.rst for what
 the plugin does: world-size markers, rank-labelled failure sections and
 per-worker isolation under pytest-xdist.
 """
@@ -34,7 +34,7 @@ _XDIST_STATE = pytest.StashKey[tuple]()
 
 
 def _distspawn_loaded() -> bool:
-    return "distspawn.testcase" in sys.modules
+    return "distspawn.cases.testcase" in sys.modules
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -98,7 +98,7 @@ def _isolate_xdist_worker(worker: str) -> tuple:
 def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> Any:
     if not _distspawn_loaded():
         return None
-    from distspawn.pytest_plugin import make_class_collector
+    from distspawn.integrations.pytest_plugin import make_class_collector
 
     return make_class_collector(collector, name, obj)
 
@@ -107,6 +107,6 @@ def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> Any:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     if _distspawn_loaded():
-        from distspawn.pytest_plugin import label_rank_failures
+        from distspawn.integrations.pytest_plugin import label_rank_failures
 
         label_rank_failures(item, call, outcome.get_result())

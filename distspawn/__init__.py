@@ -6,7 +6,7 @@ Import here what upstream test files import from PyTorch's private
     from distspawn import MultiProcessTestCase, run_tests, skip_if_lt_x_gpu
 """
 
-from .environment import (
+from .fixtures.environment import (
     DEFAULT_WORLD_SIZE,
     FILE_SCHEMA,
     IS_MACOS,
@@ -22,7 +22,7 @@ from .environment import (
     TIMEOUT_OVERRIDE,
     get_timeout,
 )
-from .accelerators import (
+from .fixtures.accelerators import (
     ACCELERATOR_DIST_BACKENDS,
     DDP_RANK_DEVICES,
     HAS_ACCELERATOR,
@@ -38,8 +38,8 @@ from .accelerators import (
     requires_multicast_support,
     setup_torchcomms_pg,
 )
-from .barrier import Barrier
-from .dist_backend import (
+from .fixtures.barrier import Barrier
+from .cases.dist_backend import (
     CUSTOM_PG_TIMEOUT,
     MASTER_ADDR,
     DistEnv,
@@ -53,13 +53,13 @@ from .dist_backend import (
     require_exact_world_size,
     require_world_size,
 )
-from .continuous import C10dTorchCommsTestBase, MultiProcContinousTest, MultiProcContinuousTest
-from .distributed_base import (
+from .cases.continuous import C10dTorchCommsTestBase, MultiProcContinousTest, MultiProcContinuousTest
+from .cases.distributed_base import (
     DistributedTestBase,
     DynamoDistributedMultiProcTestCase,
     DynamoDistributedSingleProcTestCase,
 )
-from .helpers import (
+from .fixtures.helpers import (
     CUDA_PROFILING_SUPPORTED_BACKENDS,
     PROFILING_SUPPORTED_BACKENDS,
     SEND_RECV_PROFILING_SUPPORTED_BACKENDS,
@@ -74,10 +74,11 @@ from .helpers import (
     tp_transports,
     verify_ddp_error_logged,
 )
-from .models import SaveForwardInputsModel, SaveForwardInputsModule
-from .multiprocess import MultiProcessTestCase
-from .optional import HAS_TORCHVISION, skipIfNoTorchVision
-from .stores import (
+from .fixtures.models import SaveForwardInputsModel, SaveForwardInputsModule
+from .cases.multiprocess import MultiProcessTestCase
+from .engine.verdict import RankFailure  # noqa: F401 - raised for failing tests
+from .fixtures.optional import HAS_TORCHVISION, skipIfNoTorchVision
+from .fixtures.stores import (
     ADDRESS_IN_USE,
     CONNECT_TIMEOUT,
     create_device,
@@ -85,8 +86,8 @@ from .stores import (
     find_free_port,
     retry_on_connect_failures,
 )
-from .tempdirs import cleanup_temp_dir, initialize_temp_directories, rank_temp_file
-from .skips import (
+from .fixtures.tempdirs import cleanup_temp_dir, initialize_temp_directories, rank_temp_file
+from .fixtures.skips import (
     TEST_SKIPS,
     TestSkip,
     at_least_x_gpu,
@@ -120,9 +121,9 @@ from .skips import (
     with_dist_debug_levels,
     with_nccl_blocking_wait,
 )
-from .testcase import TestCase, run_tests, set_rng_seed
-from .threaded import MultiThreadedTestCase, spawn_threads_and_init_comms
-from .threaded_pg import threaded_world
+from .cases.testcase import TestCase, run_tests, set_rng_seed
+from .cases.threaded import MultiThreadedTestCase, spawn_threads_and_init_comms
+from .backends.threaded_pg import threaded_world
 
 __version__ = "0.1.0"
 
@@ -132,3 +133,41 @@ __all__ = [
     _name for _name, _value in list(globals().items())
     if not _name.startswith("_") and not isinstance(_value, _types.ModuleType)
 ]
+
+# Modules that lived at the top of the package before it took its folders keep
+# answering to their old names (``import distspawn.models``, ``from distspawn
+# import tempdirs``): the same module objects, not copies.
+_FORMER_NAMES = {
+    "accelerators": "fixtures", "barrier": "fixtures", "device_probe": "fixtures",
+    "environment": "fixtures", "helpers": "fixtures", "models": "fixtures",
+    "optional": "fixtures", "skips": "fixtures", "stores": "fixtures", "tempdirs": "fixtures",
+    "continuous": "cases", "dist_backend": "cases", "distributed_base": "cases",
+    "multiprocess": "cases", "testcase": "cases", "threaded": "cases",
+    "thread_rng": "backends", "threaded_ops": "backends", "threaded_pg": "backends",
+    "capacity": "engine", "launch": "engine", "protocol": "engine", "supervisor": "engine",
+    "verdict": "engine", "worker": "engine",
+    "matrix": "integrations", "pytest_plugin": "integrations", "world_sizes": "integrations",
+}
+
+
+def _alias_former_names() -> None:
+    import sys
+
+    for old, home in _FORMER_NAMES.items():
+        module = sys.modules.get(f"{__name__}.{home}.{old}")
+        if module is not None:
+            sys.modules.setdefault(f"{__name__}.{old}", module)
+
+
+def __getattr__(name: str):
+    home = _FORMER_NAMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module = importlib.import_module(f"{__name__}.{home}.{name}")
+    _alias_former_names()
+    return module
+
+
+_alias_former_names()

@@ -1,5 +1,5 @@
 """``python -m distspawn``: see :mod:`distspawn.matrix`."""
 
-from .matrix import main
+from .integrations.matrix import main
 
 raise SystemExit(main())

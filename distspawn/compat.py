@@ -11,10 +11,10 @@ import logging
 
 from . import *  # noqa: F401,F403 - the point of this module is re-export
 from . import __all__ as _public
-from . import tempdirs as _tempdirs
-from .distributed_base import _dynamo_dist_per_rank_init  # noqa: F401
-from .environment import IS_LINUX  # noqa: F401
-from .skips import _maybe_handle_skip_if_lt_x_gpu  # noqa: F401
+from .fixtures import tempdirs as _tempdirs
+from .cases.distributed_base import _dynamo_dist_per_rank_init  # noqa: F401
+from .fixtures.environment import IS_LINUX  # noqa: F401
+from .fixtures.skips import _maybe_handle_skip_if_lt_x_gpu  # noqa: F401
 
 logger = logging.getLogger("distspawn")
 

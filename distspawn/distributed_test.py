@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .barrier import Barrier, _lock  # noqa: F401 - upstream's names
+from .fixtures.barrier import Barrier, _lock  # noqa: F401 - upstream's names
 from .conformance import (
     BarrierTests,
     CollectiveTests,
@@ -33,7 +33,7 @@ from .conformance import (
     PointToPointTests,
 )
 from .conformance.common import backend
-from .dist_backend import (  # noqa: F401
+from .cases.dist_backend import (  # noqa: F401
     CUSTOM_PG_TIMEOUT,
     MASTER_ADDR,
     DistTestCases,
@@ -44,8 +44,8 @@ from .dist_backend import (  # noqa: F401
     require_exact_world_size,
     require_world_size,
 )
-from .environment import TIMEOUT_OVERRIDE, get_timeout  # noqa: F401
-from .helpers import (  # noqa: F401
+from .fixtures.environment import TIMEOUT_OVERRIDE, get_timeout  # noqa: F401
+from .fixtures.helpers import (  # noqa: F401
     CUDA_PROFILING_SUPPORTED_BACKENDS,
     PROFILING_SUPPORTED_BACKENDS,
     SEND_RECV_PROFILING_SUPPORTED_BACKENDS,
@@ -56,8 +56,8 @@ from .helpers import (  # noqa: F401
     get_profiler_nccl_meta,
     get_profiling_event,
 )
-from . import models as _models
-from .models import (  # noqa: F401 - the DDP fixtures live next to the suite upstream
+from .fixtures import models as _models
+from .fixtures.models import (  # noqa: F401 - the DDP fixtures live next to the suite upstream
     BatchNormNet,
     ControlFlowToyModel,
     DDPUnevenTestInput,
@@ -82,8 +82,8 @@ from .models import (  # noqa: F401 - the DDP fixtures live next to the suite up
     ddp_suggest_debug_mode_str,
     f,
 )
-from .optional import HAS_TORCHVISION, skipIfNoTorchVision  # noqa: F401
-from .tempdirs import _rank_temp_file  # noqa: F401
+from .fixtures.optional import HAS_TORCHVISION, skipIfNoTorchVision  # noqa: F401
+from .fixtures.tempdirs import _rank_temp_file  # noqa: F401
 
 # The seed's names for the per-test deadline table and its default.
 DEFAULT_TIMEOUT = 300

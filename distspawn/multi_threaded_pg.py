@@ -15,8 +15,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from . import threaded_pg
-from .threaded_pg import ThreadedProcessGroup, ThreadedSession
+from .backends import threaded_pg
+from .backends.threaded_pg import ThreadedProcessGroup, ThreadedSession
 
 __all__ = ["ProcessLocalGroup", "ThreadLocalWorld", "_install_threaded_pg",
            "_uninstall_threaded_pg"]

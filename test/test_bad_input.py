@@ -51,7 +51,7 @@ def test_world_size_beyond_the_machine_is_refused_before_any_rank_starts(bad, cl
 
 
 def test_the_rank_cap_can_be_set_and_is_checked(monkeypatch):
-    from distspawn.capacity import check_rank_capacity, rank_capacity
+    from distspawn.engine.capacity import check_rank_capacity, rank_capacity
 
     monkeypatch.setenv("DISTSPAWN_MAX_RANKS", "3")
     assert rank_capacity("spawn") == (3, "DISTSPAWN_MAX_RANKS=3")
@@ -69,7 +69,7 @@ def test_hints_for_a_rank_that_cannot_start_appear_only_where_they_apply():
     import errno
     import pickle
 
-    from distspawn.multiprocess import start_failure_hint
+    from distspawn.cases.multiprocess import start_failure_hint
 
     assert "defined at module level" in start_failure_hint(pickle.PicklingError("x"))
     out_of_fds = start_failure_hint(OSError(errno.EMFILE, "Too many open files"))

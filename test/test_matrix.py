@@ -2,7 +2,7 @@
 
 import xml.etree.ElementTree as ET
 
-from distspawn.optional import torchvision_problem
+from distspawn.fixtures.optional import torchvision_problem
 from harness import run_python
 
 

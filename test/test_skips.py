@@ -7,7 +7,7 @@ import pytest
 
 import distspawn
 from distspawn import TEST_SKIPS, skip_if_lt_x_gpu, with_nccl_blocking_wait
-from distspawn.skips import environ_overrides, gpu_count_skip
+from distspawn.fixtures.skips import environ_overrides, gpu_count_skip
 
 
 def test_codes_and_messages_are_upstreams():
@@ -83,7 +83,7 @@ def test_small_and_odd_worldsize_read_the_environment(monkeypatch):
 
 def test_requires_decorators_skip_missing_backends():
     nccl = distspawn.requires_nccl()(lambda: None)
-    assert getattr(nccl, "__unittest_skip__", False) is not distspawn.skips.c10d.is_nccl_available()
+    assert getattr(nccl, "__unittest_skip__", False) is not distspawn.fixtures.skips.c10d.is_nccl_available()
 
 
 def test_get_timeout_uses_overrides():

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 import distspawn
 from distspawn import models, stores
-from distspawn.helpers import _build_multidim_tensor, _build_tensor
+from distspawn.fixtures.helpers import _build_multidim_tensor, _build_tensor
 
 
 def test_find_free_port_can_be_bound():

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from distspawn import MultiThreadedTestCase, threaded_world
-from distspawn.threaded_pg import CollectiveTimeoutError, active_session
+from distspawn.backends.threaded_pg import CollectiveTimeoutError, active_session
 from harness import run_python
 
 

@@ -1,7 +1,7 @@
 """The verdict rules as a pure function: no process is started here."""
 
-from distspawn.protocol import RankReport, ReportStatus
-from distspawn.verdict import (
+from distspawn.engine.protocol import RankReport, ReportStatus
+from distspawn.engine.verdict import (
     RankOutcome,
     ReturnCodePolicy,
     VerdictKind,

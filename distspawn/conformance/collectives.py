@@ -10,7 +10,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from ..dist_backend import require_backend_feature
+from ..cases.dist_backend import require_backend_feature
 from .common import (
     GROUP_KINDS,
     Placement,

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..dist_backend import DistTestCases
+from ..cases.dist_backend import DistTestCases
 
 # Where a collective runs: the default group, a new group of every rank, and a
 # group of every rank but rank 0 (so rank 0 checks that a non-member's call

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..dist_backend import require_backend_feature
+from ..cases.dist_backend import require_backend_feature
 from .common import place
 
 # Objects of several kinds: containers, None, a tensor, a nested structure.

@@ -9,7 +9,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..dist_backend import require_backend_feature, require_world_size
+from ..cases.dist_backend import require_backend_feature, require_world_size
 from .common import backend, full, lacks_collective, value_of
 
 

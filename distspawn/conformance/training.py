@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from ..dist_backend import require_backend_feature
-from ..optional import torchvision_problem
+from ..cases.dist_backend import require_backend_feature
+from ..fixtures.optional import torchvision_problem
 
 _BATCH_PER_RANK = 4
 

@@ -1,6 +1,6 @@
 """Pretend this pytest moved the private unittest items distspawn extends."""
 
-import distspawn.pytest_plugin
+import distspawn.integrations.pytest_plugin
 
-distspawn.pytest_plugin._PRIVATE_PYTEST_PROBLEM = (
+distspawn.integrations.pytest_plugin._PRIVATE_PYTEST_PROBLEM = (
     "ImportError: cannot import name 'UnitTestCase' from '_pytest.unittest' (simulated)")

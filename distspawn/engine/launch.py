@@ -22,8 +22,8 @@ START_METHODS = ("spawn", "fork", "forkserver")
 # a clean server (never from the test process), without importing torch again.
 DEFAULT_START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 # What the forkserver imports once: the script being run (as multiprocessing
-# does by default) and everything a rank needs (see distspawn._preload).
-FORKSERVER_PRELOAD = ["__main__", "distspawn._preload"]
+# does by default) and everything a rank needs (see distspawn.engine.preload).
+FORKSERVER_PRELOAD = ["__main__", "distspawn.engine.preload"]
 
 
 def resolve_start_method(class_choice: str | None, owner: str = "start_method") -> str:

@@ -24,17 +24,24 @@ from typing import Any, Callable
 
 import torch.distributed as c10d
 
-from . import threaded_pg
-from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, SEED, TIMEOUT_DEFAULT, get_timeout
-from .capacity import check_rank_capacity
+from ..backends import threaded_pg
+from ..fixtures.environment import (
+    DEFAULT_WORLD_SIZE,
+    IS_SANDCASTLE,
+    SEED,
+    TIMEOUT_DEFAULT,
+    get_timeout,
+    restore_environ,
+)
+from ..engine.capacity import check_rank_capacity
 from .multiprocess import validate_world_size
-from .protocol import RankReport, ReportStatus
-from .skips import SKIP_MESSAGE_BY_EXIT_CODE
+from ..engine.protocol import RankReport, ReportStatus
+from ..engine.exit_codes import skip_message_for
 from .testcase import RankDispatchingTestCase
-from .thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
-from .threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
-from .verdict import RankFailure, RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
-from .worker import exit_code_of, format_user_exception
+from ..backends.thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
+from ..backends.threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
+from ..engine.verdict import RankFailure, RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
+from ..engine.worker import exit_code_of, format_user_exception
 
 __all__ = ["MultiThreadedTestCase", "spawn_threads_and_init_comms"]
 
@@ -123,7 +130,7 @@ def _is_decisive(exc: BaseException) -> bool:
         return False  # DeadlineReached: the harness's own deadline names the stuck ranks
     if isinstance(exc, SystemExit):
         code = exit_code_of(exc)
-        return code != 0 and code not in SKIP_MESSAGE_BY_EXIT_CODE
+        return code != 0 and skip_message_for(code) is None
     return True
 
 
@@ -198,7 +205,8 @@ def _interrupt(thread: threading.Thread) -> None:
         ctypes.c_ulong(thread.ident), ctypes.py_object(PeerFailed))
 
 
-_HIDDEN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, threading.__file__)
+_HIDDEN_FILES = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+                 threading.__file__)
 
 
 def _stack_of(thread: threading.Thread) -> str:
@@ -338,7 +346,7 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         self.threads: list[threading.Thread] = []
         previous = os.environ.get("TORCH_SHOW_CPP_STACKTRACES")
         os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
-        self.addCleanup(_restore_env, "TORCH_SHOW_CPP_STACKTRACES", previous)
+        self.addCleanup(restore_environ, {"TORCH_SHOW_CPP_STACKTRACES": previous})
 
     def tearDown(self) -> None:
         super().tearDown()
@@ -428,13 +436,6 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         """``assertNotEqual`` checked on ``rank`` only."""
         if self.rank == rank:
             self.assertNotEqual(x, y, msg)
-
-
-def _restore_env(name: str, previous: str | None) -> None:
-    if previous is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = previous
 
 
 def _end_session(session: ThreadedSession, threads: list[threading.Thread]) -> None:

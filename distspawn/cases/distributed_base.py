@@ -16,22 +16,18 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as c10d
 
-from .device_probe import accelerator_device_count, accelerator_type
-from .environment import restore_environ
-from .helpers import reset_dynamo
+from ..fixtures.device_probe import (
+    accelerator_device_count,
+    accelerator_type,
+    backend_for_device,
+)
+from ..fixtures.environment import restore_environ
+from ..fixtures.helpers import reset_dynamo
 from .multiprocess import MultiProcessTestCase
-from .stores import find_free_port
+from ..fixtures.stores import find_free_port
 from .testcase import TestCase
 
-_BACKEND_BY_DEVICE = (("cuda", "nccl"), ("hpu", "hccl"), ("xpu", "xccl"))
-
-
-def _backend_for(device: Any) -> str:
-    text = str(device)
-    for family, backend in _BACKEND_BY_DEVICE:
-        if family in text:
-            return backend
-    return "gloo"
+_backend_for = backend_for_device
 
 
 def _reset_compiler_state() -> None:
@@ -80,7 +76,7 @@ class DistributedTestBase(MultiProcessTestCase):
             rank_device = torch.device(f"{device_type}:{self.rank}")
             torch.set_default_device(rank_device)
             torch.get_device_module(device_type).set_device(rank_device)
-        return c10d.distributed_c10d._get_default_group()
+        return c10d.group.WORLD
 
     def rank_to_device(self, device: Any) -> dict[int, list[int]]:
         """Rank -> [device index], wrapping round the visible devices."""

@@ -6,7 +6,7 @@ The pytest plugin turns ``@pytest.mark.world_size(2, 4)`` (or a class's
 so every tier (processes, threads, reused workers) sees the size through the
 attribute it already reads, in the test process and in every rank. A rank
 finds the variant again from (module, qualified name, size), see
-``worker.class_ref``.
+``cases.class_ref``.
 
 Sizes above what this machine can give are skipped with a reason, never run
 oversubscribed by accident: ``DISTSPAWN_MAX_WORLD_SIZE`` sets the cap; by
@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from .capacity import positive_int_from_env
+from ..engine.capacity import positive_int_from_env
 
 MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"
 
@@ -88,7 +88,7 @@ def _usable_cpus() -> int:
 
 
 def _device_count() -> int:
-    from .device_probe import accelerator_device_count
+    from ..fixtures.device_probe import accelerator_device_count
 
     return accelerator_device_count()
 

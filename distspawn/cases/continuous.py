@@ -32,19 +32,22 @@ import torch
 import torch.distributed as c10d
 import torch.multiprocessing as mp
 
-from . import launch
-from .continuous_worker import Task, worker_loop
-from .device_probe import accelerator_type
+from ..engine import launch
+from ..engine.reused_worker import Task, worker_loop
+from ..fixtures.device_probe import accelerator_type, backend_for_device
 from .dist_backend import backend_is_available
-from .environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
-from .capacity import check_rank_capacity
+from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
+from ..engine.capacity import check_rank_capacity
 from .multiprocess import validate_world_size
 from .multiprocess import start_failure_hint
-from .supervisor import RankProcess, RankSupervisor, end_processes, log_size
+from ..engine.supervisor import RankProcess, RankSupervisor, end_processes, log_size
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
-from .worker import RankFiles, class_ref
-from .world_sizes import variants_of
-from .verdict import (
+from ..engine.worker import RankFiles
+from .class_ref import class_ref
+from .reused_run import run_reused_test
+from ..engine.protocol import RankReport
+from ..integrations.world_sizes import variants_of
+from ..engine.verdict import (
     RankFailure,
     RankOutcome,
     ReturnCodePolicy,
@@ -134,7 +137,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         store = c10d.FileStore(rdvz_file, world_size) if rdvz_file else None
         c10d.init_process_group(backend=cls.backend_str(), world_size=world_size, rank=rank,
                                 store=store, pg_options=cls.opts(), timeout=cls.timeout)
-        cls.pg = c10d.distributed_c10d._get_default_group()
+        cls.pg = c10d.group.WORLD
 
     @classmethod
     def _run_test_given_id(cls, test_id: str, **kwargs: Any) -> None:
@@ -144,6 +147,11 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         test.rank, test.world_size = cls.rank, cls.world_size
         set_rng_seed()
         getattr(test, test_name)(**kwargs)
+
+    @classmethod
+    def _run_reused_test(cls, rank: int, world_size: int, test_id: str) -> RankReport:
+        """Run one test on this reused rank; how it ended (the engine's worker asks)."""
+        return run_reused_test(cls, rank, world_size, test_id)
 
     # -- torchrun / mp.spawn: this process is one rank -----------------------------
 
@@ -339,10 +347,7 @@ class C10dTorchCommsTestBase(MultiProcContinuousTest):
 
     @staticmethod
     def backend(device: str) -> str:
-        for marker, name in (("cuda", "nccl"), ("hpu", "hccl"), ("xpu", "xccl")):
-            if marker in device:
-                return name
-        return "gloo"
+        return backend_for_device(device)
 
     @classmethod
     def backend_str(cls) -> str:
@@ -350,7 +355,7 @@ class C10dTorchCommsTestBase(MultiProcContinuousTest):
         return cls.backend(device_type)
 
     def _skip_if_backend_unavailable(self, device: str) -> None:
-        from . import accelerators
+        from ..fixtures import accelerators
 
         name = self.backend(device)
         flag = getattr(accelerators, f"TORCHCOMM_HAS_{name.upper()}", None)
@@ -359,7 +364,7 @@ class C10dTorchCommsTestBase(MultiProcContinuousTest):
 
     @classmethod
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:
-        from .stores import find_free_port
+        from ..fixtures.stores import find_free_port
 
         torch.distributed.config.use_torchcomms = True
         os.environ.update({

@@ -25,19 +25,20 @@ import torch.distributed as c10d
 import torch.multiprocessing as mp
 from multiprocessing.connection import wait
 
-from . import launch, worker
-from .capacity import MAX_RANKS_VAR, check_rank_capacity
-from .environment import (
+from ..engine import launch, worker
+from .class_ref import class_ref
+from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
+from ..fixtures.environment import (
     DEFAULT_WORLD_SIZE,
     IS_SANDCASTLE,
     TEST_ERROR_EXIT_CODE,
     get_timeout,
 )
-from .protocol import Event
-from .skips import TEST_SKIPS
-from .supervisor import RankProcess, RankSupervisor, end_processes
+from ..engine.protocol import Event
+from ..fixtures.skips import TEST_SKIPS
+from ..engine.supervisor import RankProcess, RankSupervisor, end_processes
 from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
-from .verdict import RankFailure, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
+from ..engine.verdict import RankFailure, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
                 process = proc(
                     target=worker.child_main,
                     name=f"process {rank}",
-                    args=(worker.class_ref(type(self)), rank, test_name, self.file_name,
+                    args=(class_ref(type(self)), rank, test_name, self.file_name,
                           control_child, results_child, files, os.getpid(), run_kwargs,
                           environ, leave_with_peers),
                 )

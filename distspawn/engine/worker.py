@@ -9,10 +9,8 @@ parent however the test ends.
 from __future__ import annotations
 
 import faulthandler
-import importlib
 import multiprocessing.forkserver
 import os
-import pickle
 import signal
 import sys
 import traceback
@@ -20,8 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import world_sizes
-from .environment import TEST_ERROR_EXIT_CODE
+from .exit_codes import TEST_ERROR_EXIT_CODE
 from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
 
 # Signal a rank answers by writing every thread's Python stack to its stack file.
@@ -125,7 +122,7 @@ def exit_code_of(exc: SystemExit) -> int:
     return 1  # sys.exit("message") prints the message and exits 1
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # distspawn/
 # distspawn's own test suite is test code, not harness: its frames stay in reports.
 _SUITE_PATHS = (os.path.join(_PACKAGE_DIR, "conformance") + os.sep,
                 os.path.join(_PACKAGE_DIR, "distributed_test.py"))
@@ -154,26 +151,14 @@ def _chain(summary: traceback.TracebackException):
         summary = summary.__cause__ or summary.__context__
 
 
-ClassRef = tuple  # (module name, qualified name, world size of a sized variant or None)
+def resolve_class(ref: Any) -> type:
+    """The test class a rank runs: given, or found by the reference it was sent.
 
-
-def class_ref(cls: type) -> ClassRef:
-    """How a rank finds ``cls``: by name, imported only once the rank's environment
-    is the test process's (a forked server's environment may be stale). Raises
-    ``pickle.PicklingError`` here, in the test process, if a rank could not."""
-    base = world_sizes.base_class(cls)
-    pickle.dumps(base)
-    return (base.__module__, base.__qualname__, world_sizes.variant_size(cls))
-
-
-def resolve_class(ref: ClassRef | type) -> type:
-    if isinstance(ref, type):
-        return ref
-    module_name, qualname, size = ref
-    found: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found if size is None else world_sizes.sized_class(found, size)
+    A reference is anything with a ``resolve()`` method (the test case layer
+    sends one, so that the test module is imported only once the rank has
+    taken the test process's environment).
+    """
+    return ref if isinstance(ref, type) else ref.resolve()
 
 
 def adopt_environment(environ: dict[str, str] | None) -> None:
@@ -292,7 +277,7 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
 
 
 def child_main(
-    cls: ClassRef | type,
+    cls: Any,
     rank: int,
     test_name: str,
     file_name: str,

@@ -21,8 +21,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .device_probe import has_accelerator
-from .environment import SEED
+from ..fixtures.device_probe import has_accelerator
+from ..fixtures.environment import SEED
 
 __all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
 

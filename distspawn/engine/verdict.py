@@ -11,9 +11,8 @@ import enum
 import signal
 from dataclasses import dataclass, field
 
-from .environment import TEST_ERROR_EXIT_CODE
 from .protocol import RankReport, ReportStatus
-from .skips import SKIP_MESSAGE_BY_EXIT_CODE, TEST_SKIPS
+from .exit_codes import TEST_ERROR_EXIT_CODE, TEST_SKIPS, skip_message_for
 
 GENERIC_SKIP_MESSAGE = TEST_SKIPS["generic"].message
 
@@ -89,7 +88,7 @@ def skip_reason(outcome: RankOutcome) -> str | None:
     if outcome.status is ReportStatus.SKIPPED:
         return outcome.report.reason or GENERIC_SKIP_MESSAGE
     if outcome.status in (None, ReportStatus.EXITED) and outcome.exit_code is not None:
-        return SKIP_MESSAGE_BY_EXIT_CODE.get(outcome.exit_code)
+        return skip_message_for(outcome.exit_code)
     return None
 
 
@@ -249,3 +248,7 @@ class RankFailure(AssertionError):
         # The verdict first: pytest's one-line summary shows the first line.
         self.summary = f"{verdict.summary or verdict.message}\n({header}){tail}"
         self.failed_ranks = verdict.failed_ranks
+
+
+# Users meet it in tracebacks and import it from the package: named as such.
+RankFailure.__module__ = "distspawn"

@@ -62,7 +62,7 @@ def backend_unavailable(backend: str) -> str | None:
 
     if not dist.is_available():
         return "this torch has no torch.distributed"
-    from .dist_backend import BUILTIN_BACKENDS, backend_is_available
+    from ..cases.dist_backend import BUILTIN_BACKENDS, backend_is_available
 
     # A name that is not built in may be a plugin the test files register.
     if backend in BUILTIN_BACKENDS and not backend_is_available(backend):
@@ -174,7 +174,7 @@ def _node_id(case: ET.Element, node_ids: dict[tuple[str, str], str]) -> str:
     return f"{classname}::{name}" if classname else name
 
 
-_RANK_FAILURE = "distspawn.verdict.RankFailure:"
+_RANK_FAILURE = "distspawn.RankFailure:"
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure)\b.*")
 
 

@@ -6,6 +6,8 @@ A failure here must never take the server down: the rank would then import
 what it needs itself, slowly but correctly.
 """
 
+import importlib
+
 try:
     import numpy  # noqa: F401
     import torch  # noqa: F401
@@ -21,6 +23,7 @@ try:
     # Not torch._dynamo (DDP imports it on first use, 1.4 s per rank): ranks
     # forked from a server that imported it hang now and then.
 
-    import distspawn  # noqa: F401
+    # The whole package, by name (the engine depends on nothing above it).
+    importlib.import_module("distspawn")
 except BaseException:  # noqa: BLE001 - see the module docstring
     pass

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from .testcase import RankDispatchingTestCase
-from .verdict import RankFailure
+from ..cases.testcase import RankDispatchingTestCase
+from ..engine.verdict import RankFailure
 from .world_sizes import machine_max_world_size, parse_world_sizes, sized_class
 
 # pytest has no public API for items of unittest classes: world-size items

@@ -19,17 +19,18 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from .barrier import Barrier
-from .environment import FILE_SCHEMA, IS_SANDCASTLE
+from ..fixtures.barrier import Barrier
+from ..fixtures.device_probe import device_of_backend
+from ..fixtures.environment import FILE_SCHEMA, IS_SANDCASTLE
 from .multiprocess import MultiProcessTestCase
-from .skips import (
+from ..fixtures.skips import (
     TEST_SKIPS,
     TestSkip,
     gpu_count_skip,
     skip_but_pass_in_sandcastle,
     skip_rank,
 )
-from .tempdirs import cleanup_temp_dir, initialize_temp_directories
+from ..fixtures.tempdirs import cleanup_temp_dir, initialize_temp_directories
 
 # Address ranks rendezvous on; MASTER_PORT is left for each init method to choose.
 MASTER_ADDR = "127.0.0.1"
@@ -43,7 +44,6 @@ CUSTOM_PG_TIMEOUT = {
 }
 
 # Backends whose ranks each need a device of their own, and the device family.
-_DEVICE_BACKENDS = {"nccl": "cuda", "xccl": "xpu", "hccl": "hpu"}
 
 
 @dataclass
@@ -317,7 +317,7 @@ class TestDistBackend(MultiProcessTestCase):
     @classmethod
     def _run(cls, rank: int, test_name: str, file_name: str, pipe, **kwargs) -> None:
         backend = os.environ["BACKEND"]
-        family = _DEVICE_BACKENDS.get(backend)
+        family = device_of_backend(backend)
         if backend == "nccl" and not torch.cuda.is_available():
             skip_rank(TEST_SKIPS["no_cuda"])
         self = cls(test_name)

@@ -1,0 +1,1 @@
+"""The TestCase classes users derive from: thin glue over ``distspawn.engine``."""

@@ -1,0 +1,90 @@
+"""Inside a reused rank process: run test after test on one process group.
+
+The parent sends a :class:`Task` per test over the rank's pipe; the worker has
+the test class run it (``cls._run_reused_test``, which knows how a test ends)
+and answers with its :class:`~distspawn.engine.protocol.RankReport`, whose
+``test_name`` is the test id, so a result can never be taken for another
+test's. The process is set up as a fresh rank is (its own log, stack dumps,
+crash stack, death with the parent).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch.distributed as c10d
+
+from .exit_codes import skip_message_for
+from .protocol import RankReport, ReportStatus
+from .worker import (
+    RankFiles,
+    enable_native_crash_dump,
+    exit_code_of,
+    prepare_rank_process,
+    resolve_class,
+)
+
+
+@dataclass(frozen=True)
+class Task:
+    """Run ``test_id``; ``rdvz_file`` is set when the test gets a fresh process group."""
+
+    test_id: str
+    rdvz_file: str | None = None
+
+
+def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
+                conn: Connection, parent_pid: int, environ: dict[str, str],
+                files: RankFiles) -> None:
+    """Target of each reused rank process: set up once, then serve tasks.
+
+    Set up as a fresh rank is (``prepare_rank_process``): its output goes to
+    its own log, from which the parent takes each test's part for reports.
+    """
+    prepare_rank_process(files, parent_pid, environ)
+    enable_native_crash_dump()
+    cls = resolve_class(cls)
+    cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file
+    init_skip = None
+    try:
+        cls._init_pg(rank, world_size, rdvz_file)
+    except SystemExit as exc:
+        init_skip = skip_message_for(exit_code_of(exc))
+        if init_skip is None:
+            raise
+    except BaseException:  # noqa: BLE001 - reported on every test it would have run
+        init_error = traceback.format_exc()
+    else:
+        init_error = None
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            break  # the parent went away
+        if task is None:
+            break
+        if init_skip is not None:
+            report = RankReport(rank, task.test_id, ReportStatus.SKIPPED, reason=init_skip)
+        elif init_error is not None:
+            report = RankReport(rank, task.test_id, ReportStatus.FAILED, traceback=(
+                "setting up the process group for this worker failed:\n" + init_error))
+        else:
+            if task.rdvz_file is not None:
+                _fresh_group(cls, rank, world_size, task.rdvz_file)
+            report = cls._run_reused_test(rank, world_size, task.test_id)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        conn.send(report)
+    if init_error is None and init_skip is None and c10d.is_initialized():
+        c10d.destroy_process_group()
+
+
+def _fresh_group(cls: type, rank: int, world_size: int, rdvz_file: str) -> None:
+    if c10d.is_initialized():
+        c10d.destroy_process_group()
+    cls.rdvz_file = rdvz_file
+    cls._init_pg(rank, world_size, rdvz_file)

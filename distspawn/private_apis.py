@@ -1,0 +1,110 @@
+"""Every private torch, pytest or Python API distspawn touches, in one list.
+
+Each use in the package sits behind a guard; this list says where each name
+is used and what happens when a release no longer has it. ``test/test_private_apis.py``
+checks the list both ways: every name here resolves on the installed releases
+(or is marked as allowed to be missing), and every private name the package
+reaches for is listed here. ``python -m distspawn.private_apis`` prints what is
+missing on this machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PrivateAPI:
+    """One private name: where distspawn uses it and what missing it costs."""
+
+    path: str  # dotted, from an importable module
+    used_by: str
+    when_missing: str
+    may_be_missing: bool = False  # e.g. only in some builds (symmetric memory, torchcomms)
+
+
+PRIVATE_APIS: tuple[PrivateAPI, ...] = (
+    PrivateAPI("torch.distributed.distributed_c10d._World", "backends.threaded_pg",
+               "threaded tests skip, naming the missing hook"),
+    PrivateAPI("torch.distributed.distributed_c10d._world", "backends.threaded_pg, "
+               "multi_threaded_pg", "threaded tests skip, naming the missing hook"),
+    PrivateAPI("torch._C._distributed_c10d._set_thread_isolation_mode", "backends.threaded_pg",
+               "threaded tests skip, naming the missing hook"),
+    PrivateAPI("torch.distributed.Backend._plugins", "backends.threaded_pg",
+               "the threaded backend is registered again at every install (harmless)"),
+    PrivateAPI("torch._C._set_print_stack_traces_on_fatal_signal", "engine.worker",
+               "a crashed rank's report has its Python stack and output, no native frames"),
+    PrivateAPI("multiprocessing.forkserver._forkserver._forkserver_alive_fd", "engine.worker",
+               "under forkserver, ranks of a SIGKILLed test process end with their test "
+               "body instead of at once"),
+    PrivateAPI("sys._current_frames", "cases.threaded",
+               "a rank thread stuck at the deadline is reported without its stack"),
+    PrivateAPI("torch._dynamo.reset", "fixtures.helpers",
+               "reset_dynamo does nothing (it only acts once a test imported dynamo)"),
+    PrivateAPI("torch._logging._internal.trace_log", "cases.distributed_base",
+               "structured trace logging is left as torch configures it"),
+    PrivateAPI("torch._C._autograd.DeviceType", "fixtures.accelerators",
+               "symmetric-memory support reads as unavailable"),
+    PrivateAPI("torch._C._distributed_c10d._SymmetricMemory", "fixtures.accelerators",
+               "symmetric-memory support reads as unavailable", may_be_missing=True),
+    PrivateAPI("torch.distributed.distributed_c10d._TORCHCOMM_AVAILABLE",
+               "fixtures.accelerators", "torchcomms backends read as unavailable",
+               may_be_missing=True),
+    PrivateAPI("torch.distributed.distributed_c10d._BackendWrapper", "fixtures.accelerators",
+               "torchcomms process groups (create_torchcomm_process_group) cannot be made",
+               may_be_missing=True),
+    PrivateAPI("torch.distributed.distributed_c10d._register_pg_in_world",
+               "fixtures.accelerators", "as for _BackendWrapper"),
+    PrivateAPI("torch.distributed.ProcessGroup._register_backend", "fixtures.accelerators",
+               "as for _BackendWrapper"),
+    PrivateAPI("torch.distributed._coalescing_manager", "conformance.collectives",
+               "the coalescing conformance test skips"),
+    PrivateAPI("torch.distributed._make_nccl_premul_sum", "conformance.collectives",
+               "the premul-sum conformance test skips"),
+    PrivateAPI("multiprocessing.queues.Queue()._reader", "fixtures.helpers",
+               "retrieve_result_from_completion_queue polls instead of waking on data"),
+    PrivateAPI("_pytest.unittest.TestCaseFunction", "integrations.pytest_plugin",
+               "classes that ask for world sizes are a collection error naming the "
+               "pytest version; others run as pytest collects them"),
+    PrivateAPI("_pytest.unittest.UnitTestCase", "integrations.pytest_plugin",
+               "as for TestCaseFunction"),
+    PrivateAPI("_pytest.python.Function._getobj", "integrations.pytest_plugin",
+               "as for TestCaseFunction (the override point pytest documents)"),
+)
+
+
+_ABSENT = object()
+
+
+def lookup(path: str) -> Any:
+    """The object at ``path`` (``Cls()`` in it: on an instance), else ``_ABSENT``."""
+    parts = path.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for name in parts[split:]:
+            make = name.endswith("()")
+            found = getattr(found, name.rstrip("()"), _ABSENT)
+            if found is _ABSENT:
+                return _ABSENT
+            if make:
+                found = found(ctx=importlib.import_module("multiprocessing").get_context()) \
+                    if name == "Queue()" else found()
+        return found
+    return _ABSENT
+
+
+def missing() -> list[PrivateAPI]:
+    """The listed names this machine's releases lack."""
+    return [api for api in PRIVATE_APIS if lookup(api.path) is _ABSENT]
+
+
+if __name__ == "__main__":
+    gone = missing()
+    for api in gone:
+        print(f"{api.path} (used by distspawn.{api.used_by}): {api.when_missing}")
+    print(f"{len(PRIVATE_APIS) - len(gone)} of {len(PRIVATE_APIS)} private APIs present")
