@@ -63,7 +63,7 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "the coalescing conformance test skips"),
     PrivateAPI("torch.distributed._make_nccl_premul_sum", "conformance.collectives",
                "the premul-sum conformance test skips"),
-    PrivateAPI("multiprocessing.queues.Queue()._reader", "fixtures.helpers",
+    PrivateAPI("multiprocessing.Queue()._reader", "fixtures.helpers",
                "retrieve_result_from_completion_queue polls instead of waking on data"),
     PrivateAPI("_pytest.unittest.TestCaseFunction", "integrations.pytest_plugin",
                "classes that ask for world sizes are a collection error naming the "
@@ -92,8 +92,7 @@ def lookup(path: str) -> Any:
             if found is _ABSENT:
                 return _ABSENT
             if make:
-                found = found(ctx=importlib.import_module("multiprocessing").get_context()) \
-                    if name == "Queue()" else found()
+                found = found()
         return found
     return _ABSENT
 

@@ -68,15 +68,11 @@ def drop_frames(text: str, hide_frame) -> str:
     it is still shown, as what it is.
     """
     out: list[str] = []
-    block: list[str] = []
+    block: list[str] = []  # one thread's consecutive frame lines
 
     def flush() -> None:
-        frames = [line for line in block if _FRAME.match(line)]
-        hidden = [line for line in frames if hide_frame(_FRAME.match(line).group("path"))]
-        if frames and len(hidden) == len(frames):
-            out.extend(block)
-        else:
-            out.extend(line for line in block if line not in hidden)
+        kept = [line for line in block if not hide_frame(_FRAME.match(line).group("path"))]
+        out.extend(kept or block)
         block.clear()
 
     for line in text.splitlines():
@@ -96,7 +92,8 @@ def python_crash_stack(text: str, hide_frame=lambda path: False) -> str | None:
     thread order among them; that one comes first here, without the frames
     ``hide_frame(path)`` marks as the harness's, and the others are counted.
     """
-    lines = [line for line in text.splitlines() if not line.startswith("Extension modules:")]
+    lines = [line for line in drop_frames(text, hide_frame).splitlines()
+             if not line.startswith("Extension modules:")]
     if not any(line.strip() for line in lines):
         return None
     title = lines[0] if lines[0].startswith("Fatal Python error") else None
@@ -105,9 +102,7 @@ def python_crash_stack(text: str, hide_frame=lambda path: False) -> str | None:
         if line.startswith(("Current thread", "Thread ")):
             blocks.append([line])
         elif blocks and line.strip():
-            match = _FRAME.match(line)
-            if match is None or not hide_frame(match.group("path")):
-                blocks[-1].append(line)
+            blocks[-1].append(line)
     crashing = next((b for b in blocks if b[0].startswith("Current thread")), None)
     if crashing is None:
         return "\n".join(lines).strip()
