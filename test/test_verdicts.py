@@ -70,6 +70,12 @@ def test_sys_exit_with_unexpected_code_fails(faults):
     assert "rank 1: called sys.exit(3)" in report
 
 
+def test_sys_exit_is_judged_by_its_code_even_when_the_rank_is_slow_to_go(faults):
+    report = faults.report("test_sys_exit_3_then_slow_exit")
+    assert "rank 1: called sys.exit(3)" in report
+    assert "ended by distspawn" not in report.split("rank 1: called")[1].split("\n")[0]
+
+
 def test_os_exit_0_mid_test_is_not_a_pass(faults):
     report = faults.report("test_os_exit_0_mid_test")
     assert "rank 0: ended without reporting a result (exit code 0)" in report

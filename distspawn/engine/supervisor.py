@@ -16,7 +16,6 @@ processes this supervisor was given are ever signalled.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -138,8 +137,14 @@ class RankSupervisor:
         elif not isinstance(message, RankReport) or self.outcomes[rank].report is not None:
             return
         elif self._test_id is None:
-            self.outcomes[rank].report = message
-            self._note(self.outcomes[rank])
+            outcome = self.outcomes[rank]
+            outcome.report = message
+            if message.exit_code is not None:
+                # It called sys.exit(code) and is on its way out (or waiting to
+                # leave with the others): that code is its result, even if it is
+                # ended before it gets there.
+                outcome.exit_code = message.exit_code
+            self._note(outcome)
         elif message.test_name != self._test_id:
             logger.warning("rank %s sent a result for %r while %r was running; ignored",
                            rank, message.test_name, self._test_id)
@@ -166,9 +171,11 @@ class RankSupervisor:
         self._let_go()  # it can no longer depart with the others
 
     def _on_failure_known(self) -> None:
-        """The verdict is a failure: the ranks still running are ended, not blamed."""
+        """The verdict is a failure: the ranks still running are ended, not blamed
+        (a rank whose own result already failed it keeps that result)."""
         for rank in self._running.values():
-            self.outcomes[rank].ended_by_harness = True
+            if self.outcomes[rank].failed_at is None:
+                self.outcomes[rank].ended_by_harness = True
 
     def _on_deadline(self) -> None:
         """The test ran out of time: take every live rank's stack, then end it."""
@@ -187,15 +194,7 @@ class RankSupervisor:
             self._on_results_readable(handle.results)
 
     def _note(self, outcome: RankOutcome) -> None:
-        if outcome.failed_at is not None:
-            return
-        judged = outcome
-        if outcome.exit_code is None and outcome.report is not None \
-                and outcome.report.exit_code is not None:
-            # It called sys.exit(code) and is on its way out (or waiting to leave
-            # with the others): its code decides now, not once it has gone.
-            judged = dataclasses.replace(outcome, exit_code=outcome.report.exit_code)
-        if not self._is_decisive(judged):
+        if outcome.failed_at is not None or not self._is_decisive(outcome):
             return
         outcome.failed_at = self._now
         if outcome.report is None and outcome.rank in self._closed_at:
@@ -357,7 +356,7 @@ def read_tail(path: str, lines: int, start: int = 0) -> list[str]:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(start, size - 256 * 1024))
+            f.seek(max(start, size - 64 * 1024))
             data = f.read()
     except OSError:
         return []

@@ -4,6 +4,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
 import unittest
 
@@ -47,6 +48,14 @@ class Faults(TwoRankTestCase):
 
     def test_sys_exit_3_on_rank1(self):
         if self.rank == 1:
+            sys.exit(3)
+
+    def test_sys_exit_3_then_slow_exit(self):
+        if self.rank == 1:
+            # A process leaves only after its non-daemon threads end: this one
+            # stands in for a slow interpreter shutdown (spawn's), which outlasts
+            # the half second the others get once the verdict is known.
+            threading.Thread(target=time.sleep, args=(3,)).start()
             sys.exit(3)
 
     def test_os_exit_0_mid_test(self):
