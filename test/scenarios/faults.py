@@ -4,7 +4,6 @@ import ctypes
 import os
 import signal
 import sys
-import threading
 import time
 import unittest
 
@@ -51,6 +50,8 @@ class Faults(TwoRankTestCase):
             sys.exit(3)
 
     def test_sys_exit_3_then_slow_exit(self):
+        import threading
+
         if self.rank == 1:
             # A process leaves only after its non-daemon threads end: this one
             # stands in for a slow interpreter shutdown (spawn's), which outlasts
