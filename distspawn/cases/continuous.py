@@ -54,6 +54,7 @@ from ..engine.verdict import (
     VerdictKind,
     decide_verdict,
     is_decisive,
+    worker_words,
 )
 
 __all__ = ["C10dTorchCommsTestBase", "MultiProcContinuousTest", "MultiProcContinousTest"]
@@ -305,7 +306,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                 except OSError:
                     pass
         policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
-        verdict = decide_verdict(outcomes, policy)
+        verdict = decide_verdict(outcomes, policy, worker_words)
         if verdict.kind is VerdictKind.FAIL or any(o.exit_code is None for o in outcomes):
             # Whatever state the failure left in the workers, the next test starts clean.
             cls._end_pool(stop_gently=False)

@@ -34,11 +34,18 @@ from ..fixtures.environment import (
     TEST_ERROR_EXIT_CODE,
     get_timeout,
 )
-from ..engine.protocol import Event
+from ..engine.protocol import Event, RankReport, ReportStatus
 from ..fixtures.skips import TEST_SKIPS
 from ..engine.supervisor import RankProcess, RankSupervisor, end_processes
 from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
-from ..engine.verdict import RankFailure, ReturnCodePolicy, VerdictKind, decide_verdict, is_decisive
+from ..engine.verdict import (
+    RankFailure,
+    ReturnCodePolicy,
+    VerdictKind,
+    decide_verdict,
+    is_decisive,
+    process_words,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +83,13 @@ def validate_world_size(value: Any, owner: str) -> int:
     if number < 1:
         raise ValueError(f"{owner} must be an integer >= 1, got {value!r}")
     return number
+
+
+def _send_quietly(pipe, message: Any) -> None:
+    try:
+        pipe.send(message)
+    except (OSError, ValueError):
+        pass  # the parent is gone: nobody left to tell
 
 
 class MultiProcessTestCase(RankDispatchingTestCase):
@@ -196,7 +210,24 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         method = launch.resolve_start_method(type(self).start_method, f"{owner}.start_method")
         world_size = validate_world_size(self.world_size, f"{owner}.world_size")
         check_rank_capacity(world_size, method, f"{owner}.world_size")
+        self._started_at = time.monotonic()
         self._start_processes(launch.process_class(method))
+
+    def _ranks_started_upstream_way(self) -> list[RankProcess]:
+        """Handles for ranks a subclass's own ``_start_processes`` put in
+        ``self.processes`` and ``self.pid_to_pipe``, as upstream's contract says."""
+        handles = []
+        for rank, process in enumerate(self.processes):
+            pipe = self.pid_to_pipe.get(process.pid)
+            if pipe is None:
+                raise RuntimeError(
+                    f"{type(self).__name__}._start_processes put process {process.pid} "
+                    f"(rank {rank}) in self.processes but no pipe for it in "
+                    "self.pid_to_pipe: the parent cannot hear from that rank. Map each "
+                    "started process's pid to the parent's end of the pipe passed to it.")
+            files = worker.RankFiles.in_dir(self._work_dir, rank)
+            handles.append(RankProcess(rank, process, pipe, pipe, files, upstream_contract=True))
+        return handles
 
     def _end_rank_processes(self) -> None:
         end_processes(getattr(self, "processes", []))
@@ -246,10 +277,18 @@ class MultiProcessTestCase(RankDispatchingTestCase):
             getattr(self, test_name)()
             worker.leave_together()  # before the group goes: peers may still use it
         except unittest.SkipTest as skip:
-            worker.report_skip(str(skip))
+            if worker.in_rank_process():
+                worker.report_skip(str(skip))
+            else:  # started upstream's way: its parent hears on this pipe (reason kept)
+                _send_quietly(parent_pipe, RankReport(self.rank, test_name,
+                                                      ReportStatus.SKIPPED, reason=str(skip)))
             sys.exit(TEST_SKIPS["generic"].exit_code)
         except Exception:
-            worker.report_failure(worker.format_user_exception())
+            formatted = worker.format_user_exception()
+            if worker.in_rank_process():
+                worker.report_failure(formatted)
+            else:  # upstream's contract: the traceback, as a string, on this pipe
+                _send_quietly(parent_pipe, formatted)
             sys.exit(self.TEST_ERROR_EXIT_CODE)
         finally:
             stop_send.send(None)
@@ -263,19 +302,23 @@ class MultiProcessTestCase(RankDispatchingTestCase):
     # -- in the parent -------------------------------------------------------
 
     def _join_processes(self, fn: Callable) -> None:
+        if not self._rank_processes and self.processes:
+            self._rank_processes = self._ranks_started_upstream_way()
         if not self._rank_processes:
             raise RuntimeError(
                 f"{type(self).__name__}.{self._current_test_name()} started no rank "
                 "processes: call self._spawn_processes() in setUp, after super().setUp()"
             )
         timeout = get_timeout(self.id())
+        # (A class that starts its ranks its own way may not have said when.)
+        started_at = getattr(self, "_started_at", time.monotonic())
         policy = self._return_code_policy(fn)
         supervisor = RankSupervisor(
             self._rank_processes, timeout, lambda outcome: is_decisive(outcome, policy))
         try:
             self._rank_outcomes = supervisor.watch()
             self._timeout_s = timeout
-            self._check_return_codes(fn, time.monotonic() - self._started_at)
+            self._check_return_codes(fn, time.monotonic() - started_at)
         except KeyboardInterrupt:
             # unittest runs no clean-ups after Ctrl-C; do ours now.
             self._end_rank_processes()
@@ -305,7 +348,8 @@ class MultiProcessTestCase(RankDispatchingTestCase):
     def _check_return_codes(self, fn: Callable, elapsed_time: float) -> None:
         """Turn the ranks' outcomes into this test's verdict (raise on fail / skip)."""
         __tracebackhide__ = True
-        verdict = decide_verdict(self._rank_outcomes, self._return_code_policy(fn))
+        verdict = decide_verdict(self._rank_outcomes, self._return_code_policy(fn),
+                                 process_words)
         if verdict.kind is VerdictKind.SKIP:
             raise unittest.SkipTest(verdict.message)
         if verdict.kind is VerdictKind.PASS:
@@ -321,7 +365,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         """Fail only if a rank raised or ran out of time (exit codes are not judged)."""
         __tracebackhide__ = True
         policy = ReturnCodePolicy(check_exit_codes=False)
-        verdict = decide_verdict(self._rank_outcomes, policy)
+        verdict = decide_verdict(self._rank_outcomes, policy, process_words)
         if verdict.kind is VerdictKind.FAIL:
             raise RankFailure(f"{self.id()} failed after {elapsed_time:.1f}s", verdict)
 

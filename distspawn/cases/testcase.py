@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..fixtures.device_probe import has_accelerator
+from .assertions import UpstreamAssertions, cuda_sync_failed
 from ..fixtures.environment import SEED
 
 __all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
@@ -141,13 +142,15 @@ class _Comparison:
         return x, y
 
 
-class TestCase(unittest.TestCase):
+class TestCase(UpstreamAssertions, unittest.TestCase):
     """``unittest.TestCase`` with upstream's tensor-aware ``assertEqual`` and seeding.
 
     ``assertEqual`` compares tensors, numpy arrays, numbers and nested
     containers with :func:`torch.testing.assert_close` semantics; a number is
     equal to a one-element tensor holding it. Every test starts from the same
-    torch / random / numpy seed.
+    torch / random / numpy seed. The other assertions upstream's TestCase adds
+    (``assertGreaterAlmostEqual``, ``assertExpectedInline``, ...) come from
+    :class:`~distspawn.cases.assertions.UpstreamAssertions`.
     """
 
     # Upstream's class-level tolerance overrides (0 means "use the defaults").
@@ -157,6 +160,25 @@ class TestCase(unittest.TestCase):
     def setUp(self) -> None:
         super().setUp()
         set_rng_seed()
+
+    def _should_stop_test_suite(self) -> bool:
+        """Whether the rest of a unittest run should be skipped after this test.
+
+        As upstream: only when CUDA is in use and broken (a device-side error
+        fails every later test too). Under pytest, ``-x`` is the way to stop.
+        """
+        return cuda_sync_failed()
+
+    def run(self, result: unittest.TestResult | None = None):
+        outcome = super().run(result)
+        if isinstance(result, unittest.TestResult) and self._should_stop_test_suite():
+            if result.wasSuccessful():
+                # A run that stops must not look like a full, passing one.
+                result.failures.append(
+                    (self, "TestSuite execution was aborted early: "
+                           f"{type(self).__name__}._should_stop_test_suite() returned True"))
+            result.stop()
+        return outcome
 
     def assertEqual(  # noqa: N802 - unittest naming
         self,

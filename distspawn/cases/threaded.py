@@ -40,7 +40,14 @@ from ..engine.exit_codes import skip_message_for
 from .testcase import RankDispatchingTestCase
 from ..backends.thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
 from ..backends.threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
-from ..engine.verdict import RankFailure, RankOutcome, ReturnCodePolicy, VerdictKind, decide_verdict
+from ..engine.verdict import (
+    RankFailure,
+    RankOutcome,
+    ReturnCodePolicy,
+    VerdictKind,
+    decide_verdict,
+    thread_words,
+)
 from ..engine.worker import exit_code_of, format_user_exception
 
 __all__ = ["MultiThreadedTestCase", "spawn_threads_and_init_comms"]
@@ -413,7 +420,7 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
             world_size = max([rank for rank, _ in failed_ranks], default=-1) + 1
         policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
         verdict = decide_verdict(_outcomes(failed_ranks, world_size, failed_at or {}),
-                                 policy)
+                                 policy, thread_words)
         if verdict.kind is VerdictKind.SKIP:
             raise unittest.SkipTest(verdict.message)
         if verdict.kind is VerdictKind.PASS:

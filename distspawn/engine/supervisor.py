@@ -25,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from typing import Callable
 
 from .crash_text import drop_frames, python_crash_stack, split_native_dump, trim_native_dump
-from .protocol import DEPARTING, LEAVE, Event, RankReport
+from .protocol import DEPARTING, LEAVE, Event, RankReport, ReportStatus
 from .verdict import RankOutcome
 from .worker import STACK_DUMP_SIGNAL, RankFiles, is_harness_frame
 
@@ -48,6 +48,12 @@ class RankProcess:
     A reused rank has one pipe for both (tasks down, reports up) and no
     upstream-style control pipe; ``log_start`` is where this test's output
     begins in its log, which the rank keeps for its whole life.
+
+    ``upstream_contract``: the rank was started by a test class's own
+    ``_start_processes``, upstream's way. It has one pipe (``control`` is
+    ``results``), on which it sends its traceback as a string if it fails; it
+    has no log file and no stack-dump signal, so its stacks are asked for on
+    that pipe.
     """
 
     rank: int
@@ -56,6 +62,7 @@ class RankProcess:
     results: Connection
     files: RankFiles
     log_start: int = 0
+    upstream_contract: bool = False
 
 
 class RankSupervisor:
@@ -130,6 +137,9 @@ class RankSupervisor:
             # (under forkserver, once the server has reaped it).
             self._closed_at.setdefault(rank, self._now)
             return
+        if isinstance(message, str) and self._ranks[rank].upstream_contract:
+            # Upstream's contract: a failing rank sends its formatted traceback.
+            message = RankReport(rank, "", ReportStatus.FAILED, traceback=message)
         if message == DEPARTING:
             self._departing.add(rank)
             if self._free_to_leave or len(self._departing) == len(self._ranks):
@@ -167,6 +177,7 @@ class RankSupervisor:
         self._drain_results(handle)
         handle.process.join()
         self.outcomes[rank].exit_code = handle.process.exitcode
+        _pass_by_exit_code(handle, self.outcomes[rank])
         self._note(self.outcomes[rank])
         self._let_go()  # it can no longer depart with the others
 
@@ -218,9 +229,12 @@ class RankSupervisor:
         self._drain_results(handle)
         if outcome.exit_code is None:
             outcome.exit_code = handle.process.exitcode
+        _pass_by_exit_code(handle, outcome)
         if handle.control is not None:
             outcome.legacy_error = _legacy_error(handle.control)
-        outcome.reached_worker = os.path.exists(handle.files.log_path)
+        # (A rank started upstream's way has no log: its output went to ours.)
+        outcome.reached_worker = (handle.upstream_contract
+                                  or os.path.exists(handle.files.log_path))
         # Read well past the tail: a native crash dump can fill a screen.
         output = read_tail(handle.files.log_path, 20 * OUTPUT_TAIL_LINES, handle.log_start)
         own, native = split_native_dump(output)
@@ -239,6 +253,12 @@ class RankSupervisor:
                     outcome.failed_at = min(outcome.failed_at, crashed_at)
         elif native:
             outcome.output_tail = output[-OUTPUT_TAIL_LINES:]  # not a crash of ours: as printed
+
+
+def _pass_by_exit_code(handle: RankProcess, outcome: RankOutcome) -> None:
+    # Upstream's contract has no report for a pass: exit code 0 is one.
+    if handle.upstream_contract and outcome.report is None and outcome.exit_code == 0:
+        outcome.report = RankReport(handle.rank, "", ReportStatus.PASSED)
 
 
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
@@ -285,15 +305,21 @@ def collect_stacks(ranks: list[RankProcess]) -> dict[int, str]:
     """
     if STACK_DUMP_SIGNAL is None:
         return _stacks_over_pipes(ranks)
+    # A rank started upstream's way never installed the signal's handler
+    # (the signal would end it): its listener thread is asked instead.
+    stacks = _stacks_over_pipes([h for h in ranks if h.upstream_contract])
     asked = []
     for handle in ranks:
+        if handle.upstream_contract:
+            continue
         if handle.process.exitcode is None:
             try:
                 os.kill(handle.process.pid, STACK_DUMP_SIGNAL)
                 asked.append(handle)
             except ProcessLookupError:
                 pass
-    return {h.rank: text for h, text in _read_when_settled(asked).items() if text}
+    stacks.update((h.rank, text) for h, text in _read_when_settled(asked).items() if text)
+    return stacks
 
 
 def _read_when_settled(ranks: list[RankProcess]) -> dict[RankProcess, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import signal
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .protocol import RankReport, ReportStatus
 from .exit_codes import TEST_ERROR_EXIT_CODE, TEST_SKIPS, skip_message_for
@@ -135,9 +136,11 @@ def is_decisive(outcome: RankOutcome, policy: ReturnCodePolicy) -> bool:
     return outcome.exit_code is not None and rank_problem(outcome, policy) is not None
 
 
-def _rank_details(outcome: RankOutcome) -> str:
+def _rank_details(outcome: RankOutcome,
+                  legacy_words: Callable[[RankOutcome], str | None] | None = None) -> str:
     """What a failing rank left behind: its traceback or stack, then its output tail."""
-    lines = []
+    words = legacy_words(outcome) if legacy_words is not None else None
+    lines = [f"  {words}:"] if words else []
     details = outcome.report.traceback if outcome.status is ReportStatus.FAILED else None
     details = details or outcome.legacy_error
     if details:
@@ -178,8 +181,18 @@ def _after_first(outcome: RankOutcome, problem: str, first: RankOutcome) -> str:
     return f"{problem}, {outcome.failed_at - first.failed_at:.1f} s after rank {first.rank}"
 
 
-def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Verdict:
-    """The one verdict for a test from every rank's outcome."""
+def decide_verdict(
+    outcomes: list[RankOutcome],
+    policy: ReturnCodePolicy,
+    legacy_words: Callable[[RankOutcome], str | None] | None = None,
+) -> Verdict:
+    """The one verdict for a test from every rank's outcome.
+
+    ``legacy_words`` gives, for a failing rank, the phrase upstream's harness
+    would have used for it (e.g. "Process 1 exited with error code 10 and
+    exception"); it heads that rank's details, so that a test matching
+    upstream's message still finds it.
+    """
     outcomes = sorted(outcomes, key=lambda o: o.rank)
     world = len(outcomes)
     problems = [(o, p) for o in outcomes if (p := rank_problem(o, policy)) is not None]
@@ -195,7 +208,8 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
         problems.sort(key=lambda item: (not item[0].timed_out, item[0].failed_at is None,
                                         item[0].failed_at or 0.0, item[0].report is not None))
         first = problems[0][0]
-        failed = tuple(RankFailureDetail(o.rank, _after_first(o, p, first), _rank_details(o))
+        failed = tuple(RankFailureDetail(o.rank, _after_first(o, p, first),
+                                         _rank_details(o, legacy_words))
                        for o, p in problems)
         blamed = {o.rank for o, _ in problems}
         ended = [o.rank for o in outcomes if o.ended_by_harness and o.rank not in blamed]
@@ -209,6 +223,14 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
         return Verdict(VerdictKind.FAIL, "\n".join(full), "\n".join([head, *lines, *tail]),
                        failed)
 
+    ended = [str(o.rank) for o in outcomes if o.ended_by_harness]
+    if ended:
+        # Ranks are only ended once one failed: with nobody to blame, the
+        # harness lost track of something, and that must not read as a pass.
+        return Verdict(VerdictKind.FAIL,
+                       f"rank{'s' if len(ended) > 1 else ''} {', '.join(ended)} "
+                       "were ended by distspawn, but no rank failed: a harness error, "
+                       "please report it")
     if not policy.check_exit_codes:
         return Verdict(VerdictKind.PASS)
 
@@ -234,8 +256,39 @@ def decide_verdict(outcomes: list[RankOutcome], policy: ReturnCodePolicy) -> Ver
     return Verdict(VerdictKind.SKIP, _skip_summary(skipped))
 
 
-class RankFailure(AssertionError):
+# What upstream's harness says of a failing rank, per tier: tests written for it
+# match these phrases (assertRaisesRegex(RuntimeError, "Process 0 exited ...")).
+def process_words(outcome: RankOutcome) -> str | None:
+    """Upstream's phrase for a failing rank process."""
+    if outcome.timed_out:
+        return f"Process {outcome.rank} terminated or timed out"
+    if outcome.status is ReportStatus.FAILED or outcome.exit_code == TEST_ERROR_EXIT_CODE:
+        return f"Process {outcome.rank} exited with error code {TEST_ERROR_EXIT_CODE} and exception"
+    return None
+
+
+def thread_words(outcome: RankOutcome) -> str | None:
+    """Upstream's phrase for a failing rank thread."""
+    if outcome.timed_out:
+        return f"Thread {outcome.rank} terminated or timed out"
+    if outcome.status is ReportStatus.FAILED:
+        return f"Thread {outcome.rank} exited with exception"
+    return None
+
+
+def worker_words(outcome: RankOutcome) -> str | None:
+    """Upstream's phrase for a failing reused worker."""
+    if outcome.status is ReportStatus.FAILED:
+        return "Exception in worker process"
+    return None
+
+
+class RankFailure(AssertionError, RuntimeError):
     """A test failed on one or more ranks.
+
+    An ``AssertionError``, so that unittest and pytest report a failure (not
+    an error), and a ``RuntimeError``, which is what upstream's harness raises:
+    ``assertRaises(RuntimeError)`` around a wrapped test still catches it.
 
     ``str()`` is the whole report (every failing rank's traceback and output
     tail), as unittest shows it. ``summary`` and ``failed_ranks`` hold the same

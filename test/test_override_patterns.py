@@ -1,0 +1,129 @@
+"""Upstream's override points and failure types, beside upstream's harness.
+
+scenarios/override_patterns.py overrides _start_processes, _run, run_test,
+_join_processes and _check_return_codes the way downstream suites do, extends
+TEST_SKIPS, and wraps failing threaded tests in assertRaises(RuntimeError).
+It runs once on distspawn and, where torch.testing._internal imports, once on
+upstream's harness: the verdicts must agree.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import run_python
+
+LICENCE_SKIP = "skip: needs the project's licence server"
+EXPECTED = {
+    "OwnStartProcesses.test_all_reduce": "pass",
+    "OwnStartProcesses.test_rank1_raises": "fail",
+    "OwnStartProcesses.test_project_skip": LICENCE_SKIP,
+    "OwnStartProcesses.test_rank0_hangs": "fail",
+    "OwnRun.test_own_run_was_used": "pass",
+    "OwnRun.test_own_run_then_failure": "fail",
+    "OwnRunTest.test_run_test_was_used": "pass",
+    "OwnJoin.test_join_then_pass": "pass",
+    "OwnJoin.test_join_then_fail": "fail",
+    "OwnReturnCodeCheck.test_expected_to_fail": "pass",
+    "OwnReturnCodeCheck.test_plain_pass": "pass",
+    "ProcessFailureCaught.test_rank0_raises": "pass",
+    "WrappedThreadedFailures.test_runtime_error_is_caught": "pass",
+    "WrappedThreadedFailures.test_runtime_error_carries_the_message": "pass",
+    "WrappedThreadedFailures.test_upstream_thread_words": "pass",
+    "ThreadedProjectSkip.test_project_skip": LICENCE_SKIP,
+    "ReusedProjectSkip.test_project_skip": LICENCE_SKIP,
+    "ReusedProjectSkip.test_after_the_skip": "pass",
+}
+
+
+def upstream_harness_imports() -> bool:
+    probe = "import torch.testing._internal.common_distributed"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+needs_upstream = pytest.mark.skipif(
+    not upstream_harness_imports(),
+    reason="torch.testing._internal does not import here (it needs expecttest)")
+
+
+@pytest.fixture(scope="module")
+def ours():
+    return run_python(["-m", "unittest", "-v", "override_patterns"])
+
+
+def verdicts_of(run) -> dict:
+    found = {}
+    for line in run.output.splitlines():
+        if " ... " not in line or not line.startswith("test_"):
+            continue
+        name, rest = line.split(" ... ", 1)
+        test = name.split(" (", 1)[1].rstrip(")").split(".", 1)[1]
+        verdict = {"ok": "pass", "FAIL": "fail", "ERROR": "error"}.get(rest.strip())
+        found[test] = verdict or "skip: " + rest.split("skipped ", 1)[1].strip("'\"")
+    return found
+
+
+def kind(verdict: str) -> str:
+    # Upstream reports a rank's failure as an ERROR (its RuntimeError escapes the
+    # test); distspawn's is an AssertionError too, so unittest says FAIL.
+    return {"error": "fail"}.get(verdict, verdict)
+
+
+def test_distspawn_gives_the_expected_verdicts(ours):
+    assert verdicts_of(ours) == EXPECTED, ours.output
+    assert ours.leftover_files == [] and ours.leftover_pids == []
+
+
+@needs_upstream
+def test_upstream_gives_the_same_verdicts():
+    run = run_python(["verdicts_json.py", "override_patterns"], env={"UPSTREAM_HARNESS": "1"})
+    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
+    assert line, run.output
+    upstream = json.loads(line[-1][len("VERDICTS "):])
+    assert {t: kind(v) for t, v in upstream.items()} == EXPECTED
+
+
+def test_own_start_processes_failure_names_the_rank_with_traceback_and_upstream_words(ours):
+    report = ours.report("test_rank1_raises")
+    assert "rank 1: raised an exception" in report
+    assert "Process 1 exited with error code 10 and exception:" in report
+    assert 'raise ValueError("rank 1 cannot go on")' in report
+
+
+def test_own_start_processes_hang_shows_the_stack_taken_over_the_pipe(ours):
+    report = ours.report("test_rank0_hangs")
+    assert "rank 0: did not finish before the deadline" in report
+    assert "in hang_here" in report and "in test_rank0_hangs" in report
+
+
+def test_skip_reasons_come_from_the_live_table(ours):
+    # The entry is added after distspawn was imported: read live, on every tier.
+    for test in ("OwnStartProcesses", "ThreadedProjectSkip", "ReusedProjectSkip"):
+        assert verdicts_of(ours)[f"{test}.test_project_skip"] == LICENCE_SKIP
+
+
+def test_harness_failures_are_assertion_and_runtime_errors():
+    from distspawn import RankFailure
+
+    assert issubclass(RankFailure, AssertionError) and issubclass(RankFailure, RuntimeError)
+
+
+def stop_suite(upstream: bool, stop_after: str):
+    env = {"UPSTREAM_HARNESS": "1" if upstream else "0", "STOP_AFTER": stop_after}
+    run = run_python(["stop_suite.py", "-v"], env=env)
+    ran = [line.split(" (", 1)[0] for line in run.output.splitlines() if " ... " in line]
+    return ran, "TEST C RAN" in run.output, run.returncode
+
+
+@pytest.mark.parametrize("stop_after", ["test_a_fails", "test_b_passes", "never"])
+def test_should_stop_test_suite_is_consulted_as_upstream_does(stop_after):
+    ran, c_ran, code = stop_suite(False, stop_after)
+    expected = {"test_a_fails": ["test_fails", "test_a_fails"],
+                "test_b_passes": ["test_fails", "test_a_fails", "test_b_passes"],
+                "never": ["test_fails", "test_a_fails", "test_b_passes",
+                          "test_c_runs_unless_stopped"]}[stop_after]
+    assert ran == expected and c_ran == (stop_after == "never") and code == 1
+    if upstream_harness_imports():
+        assert stop_suite(True, stop_after) == (ran, c_ran, code)
