@@ -32,8 +32,17 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "multi_threaded_pg", "threaded tests skip, naming the missing hook"),
     PrivateAPI("torch._C._distributed_c10d._set_thread_isolation_mode", "backends.threaded_pg",
                "threaded tests skip, naming the missing hook"),
-    PrivateAPI("torch.distributed.Backend._plugins", "backends.threaded_pg",
-               "the threaded backend is registered again at every install (harmless)"),
+    PrivateAPI("torch.distributed.Backend._plugins", "backends.threaded_pg, "
+               "backends.fake_backend",
+               "the threaded backend is registered again at every install, and the fake "
+               "backend's creator replaces torch's own (both harmless)"),
+    PrivateAPI("torch._C._distributed_c10d.FakeProcessGroup", "backends.fake_backend",
+               "distspawn.fake_pg cannot make fake groups; tests using them fail with "
+               "torch's 'unknown backend' error"),
+    PrivateAPI("torch._C._distributed_c10d.FakeProcessGroup._create_internal",
+               "backends.fake_backend",
+               "fake groups are made with the older (rank, size) constructor",
+               may_be_missing=True),
     PrivateAPI("torch._C._set_print_stack_traces_on_fatal_signal", "engine.worker",
                "a crashed rank's report has its Python stack and output, no native frames"),
     PrivateAPI("multiprocessing.forkserver._forkserver._forkserver_alive_fd", "engine.worker",
@@ -65,6 +74,18 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "the premul-sum conformance test skips"),
     PrivateAPI("multiprocessing.Queue()._reader", "fixtures.helpers",
                "retrieve_result_from_completion_queue polls instead of waking on data"),
+    PrivateAPI("torch.utils._pytree.tree_flatten", "cases.dtensor, fixtures.dtensor_converter",
+               "the DTensor bases do not import (DTensor itself needs it too)"),
+    PrivateAPI("torch.utils._pytree.tree_unflatten", "cases.dtensor, "
+               "fixtures.dtensor_converter", "as for tree_flatten"),
+    PrivateAPI("torch.distributed.tensor._sharding_prop.ShardingPropagator._fake_mode_lock",
+               "cases.dtensor", "DTensorOpTestBase leaves sharding propagation unlocked "
+               "(releases without the lock have no shared fake mode)", may_be_missing=True),
+    PrivateAPI("torch._is_functional_tensor", "fixtures.dtensor_converter",
+               "DTensorConverter also wraps functional tensors"),
+    PrivateAPI("torch.distributed._local_tensor.LocalTensor", "fixtures.dtensor_converter",
+               "DTensorConverter counts LocalTensor arguments as misses",
+               may_be_missing=True),
     PrivateAPI("_pytest.unittest.TestCaseFunction", "integrations.pytest_plugin",
                "classes that ask for world sizes are a collection error naming the "
                "pytest version; others run as pytest collects them"),

@@ -127,3 +127,24 @@ def test_should_stop_test_suite_is_consulted_as_upstream_does(stop_after):
     assert ran == expected and c_ran == (stop_after == "never") and code == 1
     if upstream_harness_imports():
         assert stop_suite(True, stop_after) == (ran, c_ran, code)
+
+
+@pytest.mark.parametrize("harness, shared, verdict", [
+    ("distspawn", None, "FAIL"), ("distspawn", "1", "ok"), ("upstream", None, "ok")])
+def test_shared_thread_generator_is_one_switch_away(harness, shared, verdict):
+    if harness == "upstream" and not upstream_harness_imports():
+        pytest.skip("torch.testing._internal does not import here")
+    env = {"UPSTREAM_HARNESS": "1" if harness == "upstream" else "0"}
+    if shared:
+        env["DISTSPAWN_SHARED_THREAD_RNG"] = shared
+    run = run_python(["shared_rng.py", "-v"], env=env)
+    assert run.verdict_line("test_ranks_draw_different_numbers").endswith(verdict), run.output
+    if verdict == "FAIL":
+        report = run.report("test_ranks_draw_different_numbers")
+        assert "per_thread_rng = False" in report and "DISTSPAWN_SHARED_THREAD_RNG=1" in report
+
+
+def test_a_bad_shared_generator_setting_is_one_clear_error():
+    run = run_python(["shared_rng.py"], env={"DISTSPAWN_SHARED_THREAD_RNG": "maybe"})
+    assert run.returncode != 0
+    assert "DISTSPAWN_SHARED_THREAD_RNG='maybe': expected 1" in run.output

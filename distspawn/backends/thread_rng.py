@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["ThreadRNG", "install_seed_functions", "uninstall_seed_functions"]
+__all__ = ["ThreadRNG", "current_thread_rng", "install_seed_functions",
+           "uninstall_seed_functions"]
 
 _SWAP_LOCK = threading.RLock()
 _current = threading.local()
@@ -76,6 +77,7 @@ class ThreadRNG(TorchFunctionMode):
         super().__init__()
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
+        self.draws = 0  # random ops run on this state (a failure may depend on them)
 
     def __enter__(self) -> "ThreadRNG":
         _current.rng = self
@@ -89,13 +91,18 @@ class ThreadRNG(TorchFunctionMode):
         kwargs = kwargs or {}
         if (func in _RANDOM or getattr(func, "__module__", None) == "torch.nn.init") \
                 and not _is_compiling():
+            self.draws += 1
             with _swapped_in(self.generator):
                 return func(*args, **kwargs)
         return func(*args, **kwargs)
 
 
-def _this_threads_rng() -> ThreadRNG | None:
+def current_thread_rng() -> ThreadRNG | None:
+    """The calling rank thread's own random state, or None where it has none."""
     return getattr(_current, "rng", None)
+
+
+_this_threads_rng = current_thread_rng
 
 
 # -- seeding from a rank thread -----------------------------------------------

@@ -38,7 +38,12 @@ from .multiprocess import validate_world_size
 from ..engine.protocol import RankReport, ReportStatus
 from ..engine.exit_codes import skip_message_for
 from .testcase import RankDispatchingTestCase
-from ..backends.thread_rng import ThreadRNG, install_seed_functions, uninstall_seed_functions
+from ..backends.thread_rng import (
+    ThreadRNG,
+    current_thread_rng,
+    install_seed_functions,
+    uninstall_seed_functions,
+)
 from ..backends.threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
 from ..engine.verdict import (
     RankFailure,
@@ -83,6 +88,7 @@ class _SessionRecord:
     failed_at: dict = field(default_factory=dict)  # rank -> when its first failure came
     finished: set = field(default_factory=set)
     decisive: bool = False
+    random_draws: int = 0  # random ops the ranks ran on their own generators
     changed: threading.Condition = field(default_factory=threading.Condition)
 
     def note_failure(self, rank: int, exc_info, decisive: bool) -> None:
@@ -153,6 +159,29 @@ def record_rank_failure(rank: int, exc_info) -> None:
     _record_of(session).note_failure(rank, exc_info, decisive)
 
 
+# Set to 1 to give all rank threads the process's one generator, as upstream
+# does, for a run, without editing the classes (per_thread_rng = False does it
+# for one class).
+SHARED_RNG_VAR = "DISTSPAWN_SHARED_THREAD_RNG"
+
+_SHARED_RNG_NOTE = (
+    "Note: the rank threads drew random numbers, each from its own generator (distspawn's "
+    "default, so that every rank sees what a rank process would). Upstream's harness "
+    "shares one generator between threads; if this test relies on that, set "
+    f"per_thread_rng = False on the class, or {SHARED_RNG_VAR}=1 for the run.")
+
+
+def shared_rng_requested() -> bool:
+    """Whether the environment asks for upstream's one shared generator."""
+    value = os.environ.get(SHARED_RNG_VAR, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{SHARED_RNG_VAR}={value!r}: expected 1 (share one generator, as "
+                     "upstream) or 0 (a generator per rank thread, the default)")
+
+
 def _rank_thread_main(session: ThreadedSession, rank: int, body: Callable[[], None],
                       go: threading.Event, own_rng: bool) -> None:
     try:
@@ -176,6 +205,10 @@ def _run_rank(session: ThreadedSession, rank: int, body: Callable[[], None]) -> 
         _context.session = _context.rank = None
         # How it ended, for deadlock reports: the rank's own first recorded failure.
         record = _record_of(session)
+        rng = current_thread_rng()
+        if rng is not None:
+            with record.changed:
+                record.random_draws += rng.draws
         first = next((e for r, (_, e, _) in record.failures if r == rank), None)
         how = ("passed" if first is None else "skipped" if isinstance(first, unittest.SkipTest)
                else f"raised {type(first).__name__}")
@@ -190,6 +223,7 @@ def _start_rank_threads(session: ThreadedSession, world_size: int,
     # the GIL with ranks already running their test.
     go = threading.Event()
     threads = []
+    own_rng = own_rng and not shared_rng_requested()
     try:
         for rank in range(world_size):
             thread = threading.Thread(
@@ -404,16 +438,20 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
             _end_session(session, threads)
         while not cls.exception_queue.empty():  # upstream-style overrides put here
             failures.append(cls.exception_queue.get())
+        record = _record_of(session)
         cls._check_return_codes(failures, session.timeout, fn, world_size=len(threads),
-                                failed_at=_record_of(session).failed_at)
+                                failed_at=record.failed_at, random_draws=record.random_draws)
 
     @classmethod
     def _check_return_codes(cls, failed_ranks: list, timeout: float, fn: Callable,
                             world_size: int | None = None,
-                            failed_at: dict[int, float] | None = None) -> None:
+                            failed_at: dict[int, float] | None = None,
+                            random_draws: int = 0) -> None:
         """Raise on a failing or skipped test, from each rank's (rank, exc_info).
 
-        ``failed_at`` (rank -> monotonic time) orders the failing ranks, first first.
+        ``failed_at`` (rank -> monotonic time) orders the failing ranks, first first;
+        ``random_draws`` > 0 (ranks drew from their own generators) adds a note on
+        how upstream's shared generator differs.
         """
         __tracebackhide__ = True
         if world_size is None:
@@ -431,7 +469,7 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         header = f"{name} failed on the threaded backend"
         if any(isinstance(e, RankTimedOut) for _, (_, e, _) in failed_ranks):
             header += f" (deadline {timeout:g} s)"
-        raise RankFailure(header, verdict)
+        raise RankFailure(header, verdict, _SHARED_RNG_NOTE if random_draws else "")
 
     def assertEqualOnRank(self, x: Any, y: Any, msg: Any = None, *, rank: int = 0) -> None:  # noqa: N802
         """``assertEqual`` checked on ``rank`` only."""

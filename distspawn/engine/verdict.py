@@ -178,7 +178,24 @@ def _skip_summary(skipped: list[tuple[int, str]]) -> str:
 def _after_first(outcome: RankOutcome, problem: str, first: RankOutcome) -> str:
     if outcome is first or outcome.failed_at is None or first.failed_at is None:
         return problem
-    return f"{problem}, {outcome.failed_at - first.failed_at:.1f} s after rank {first.rank}"
+    later = max(0.0, outcome.failed_at - first.failed_at)
+    return f"{problem}, {later:.1f} s after rank {first.rank}"
+
+
+# What a rank's error says when it lost a peer (gloo's and torch's wording):
+# it failed because another rank did, not first.
+PEER_LOSS_PHRASES = ("Connection closed by peer", "Connection reset by peer",
+                     "remote worker", "Broken pipe")
+# How much earlier than such an error another rank's failure may have come and
+# still be taken as its cause (they often reach the parent together).
+CONSEQUENCE_WINDOW_S = 0.2
+
+
+def _consequence_delay(outcome: RankOutcome) -> float:
+    text = outcome.report.traceback if outcome.status is ReportStatus.FAILED else None
+    text = text or outcome.legacy_error or ""
+    last_line = text.rstrip().rsplit("\n", 1)[-1]
+    return CONSEQUENCE_WINDOW_S if any(p in last_line for p in PEER_LOSS_PHRASES) else 0.0
 
 
 def decide_verdict(
@@ -205,8 +222,11 @@ def decide_verdict(
         # A rank that never finished comes before the peers whose waits it ran out;
         # of failures seen at the same moment, a death without a report (a crash,
         # a kill) comes before the peers' errors about the connection it took.
+        # An error that says a peer went away is a consequence: against a failure
+        # at nearly the same moment, it comes second.
         problems.sort(key=lambda item: (not item[0].timed_out, item[0].failed_at is None,
-                                        item[0].failed_at or 0.0, item[0].report is not None))
+                                        (item[0].failed_at or 0.0) + _consequence_delay(item[0]),
+                                        item[0].report is not None))
         first = problems[0][0]
         failed = tuple(RankFailureDetail(o.rank, _after_first(o, p, first),
                                          _rank_details(o, legacy_words))

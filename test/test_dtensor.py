@@ -1,0 +1,77 @@
+"""distspawn.dtensor: upstream's DTensor bases and fixtures, on distspawn's engine.
+
+scenarios/dtensor_suite.py is written the way DTensor test files are (torchtitan,
+torch_npu, ...); it runs once on distspawn and, where upstream's common_dtensor
+imports, once on upstream's harness: same verdicts.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from harness import run_python
+
+EXPECTED = {
+    "DTensorBasics.test_2d_mesh": "pass",
+    "DTensorBasics.test_mlp_tensor_parallel_matches_local": "pass",
+    "DTensorBasics.test_needs_gpus": "skip: Need at least 4 CUDA devices",
+    "DTensorBasics.test_op_on_every_sharding": "pass",
+    "DTensorBasics.test_rank_1_fails_inside_with_comms": "fail",
+    "DTensorBasics.test_shard_and_redistribute_on_a_1d_mesh": "pass",
+    "DTensorBasics.test_transformer_under_tensor_parallelism": "pass",
+    "DTensorBasics.test_world_size_is_num_devices": "pass",
+    "DTensorOnThreads.test_shard_on_threads": "pass",
+    "DTensorOnThreads.test_with_comms_passes_through": "pass",
+    "OwnInitPG.test_called_with_parentheses": "pass",
+    "OwnInitPG.test_override_chose_the_backend": "pass",
+}
+
+
+def verdicts(env=None):
+    run = run_python(["verdicts_json.py", "dtensor_suite"], env=env)
+    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
+    assert line, run.output
+    return json.loads(line[-1][len("VERDICTS "):]), run
+
+
+def test_dtensor_file_gets_the_expected_verdicts():
+    found, run = verdicts()
+    assert found == EXPECTED
+    assert run.leftover_files == [] and run.leftover_pids == []
+
+
+def upstream_dtensor_imports() -> bool:
+    probe = "import torch.testing._internal.distributed._tensor.common_dtensor"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not upstream_dtensor_imports(), reason="upstream's common_dtensor "
+                    "does not import here")
+def test_upstream_gives_the_same_verdicts():
+    found, _ = verdicts({"UPSTREAM_HARNESS": "1"})
+    assert {t: {"error": "fail"}.get(v, v) for t, v in found.items()} == EXPECTED
+
+
+def test_failing_rank_inside_with_comms_is_named_first_with_its_traceback():
+    run = run_python(["-m", "unittest", "-v",
+                      "dtensor_suite.DTensorBasics.test_rank_1_fails_inside_with_comms"])
+    report = run.report("test_rank_1_fails_inside_with_comms")
+    rank_lines = [line for line in report.splitlines() if line.startswith("rank ")]
+    assert rank_lines[0] == "rank 1: raised an exception", report
+    assert 'raise RuntimeError("rank 1 broke inside with_comms")' in report
+    # Its peers lost their connection to it: listed after it, with the time since.
+    assert all("after rank 1" in line for line in rank_lines[1:]), report
+
+
+def test_public_names_match_upstreams():
+    import distspawn.dtensor as ours
+
+    for name in ("DTensorTestBase", "DTensorOpTestBase", "with_comms", "DTensorConverter",
+                 "MLPModule", "MLPStacked", "ModelArgs", "Attention", "FeedForward",
+                 "TransformerBlock", "Transformer", "RMSNormPython", "NUM_DEVICES",
+                 "DEVICE_TYPE", "PG_BACKEND", "skip_unless_torch_gpu"):
+        assert hasattr(ours, name), name
+    if ours.DEVICE_COUNT == 0:  # no accelerator: upstream's CPU defaults
+        assert (ours.NUM_DEVICES, ours.DEVICE_TYPE, ours.PG_BACKEND) == (4, "cpu", "gloo")
