@@ -15,6 +15,7 @@ from harness import run_python
 
 EXPECTED = {
     "DTensorBasics.test_2d_mesh": "pass",
+    "DTensorBasics.test_checkpoint_into_one_shared_dir": "pass",
     "DTensorBasics.test_mlp_tensor_parallel_matches_local": "pass",
     "DTensorBasics.test_needs_gpus": "skip: Need at least 4 CUDA devices",
     "DTensorBasics.test_op_on_every_sharding": "pass",

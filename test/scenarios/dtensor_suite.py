@@ -20,6 +20,7 @@ from torch.distributed.tensor.parallel import (
 
 if os.environ.get("UPSTREAM_HARNESS") == "1":
     from torch.testing._internal.common_utils import run_tests
+    from torch.testing._internal.distributed.checkpoint_utils import with_temp_dir
     from torch.testing._internal.distributed._tensor.common_dtensor import (
         NUM_DEVICES,
         DTensorOpTestBase,
@@ -32,6 +33,7 @@ if os.environ.get("UPSTREAM_HARNESS") == "1":
     )
 else:
     from distspawn import run_tests
+    from distspawn.checkpoint_utils import with_temp_dir
     from distspawn.dtensor import (
         NUM_DEVICES,
         DTensorOpTestBase,
@@ -87,7 +89,8 @@ class DTensorBasics(DTensorTestBase):
         reference = Transformer(args)
         torch.manual_seed(0)  # the same weights, then sharded
         model = Transformer.parallelize(Transformer(args), self.build_device_mesh(),
-                                        use_seq_parallel=False, local_output_for_attn=True)
+                                        use_seq_parallel=False,
+                                        local_output_for_attn=True)
         tokens = torch.randint(0, args.vocab_size, (2, 8),
                                generator=torch.Generator().manual_seed(2))
         out = model(tokens)
@@ -105,6 +108,18 @@ class DTensorBasics(DTensorTestBase):
     @with_comms
     def test_needs_gpus(self):
         pass
+
+    @with_comms
+    @with_temp_dir
+    def test_checkpoint_into_one_shared_dir(self):
+        import torch.distributed.checkpoint as dcp
+
+        mesh = self.build_device_mesh()
+        state = {"w": distribute_tensor(torch.arange(16.0).reshape(8, 2), mesh, [Shard(0)])}
+        dcp.save(state, checkpoint_id=self.temp_dir)
+        loaded = {"w": distribute_tensor(torch.zeros(8, 2), mesh, [Shard(0)])}
+        dcp.load(loaded, checkpoint_id=self.temp_dir)
+        self.assertEqual(loaded["w"].full_tensor(), torch.arange(16.0).reshape(8, 2))
 
     def test_world_size_is_num_devices(self):
         self.assertEqual(self.world_size, NUM_DEVICES)
