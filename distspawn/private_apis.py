@@ -86,6 +86,18 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.distributed._local_tensor.LocalTensor", "fixtures.dtensor_converter",
                "DTensorConverter counts LocalTensor arguments as misses",
                may_be_missing=True),
+    PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_param_group.FSDPParamGroup",
+               "cases.fsdp", "patch_unshard / patch_reshard / patch_post_backward raise "
+               "AttributeError naming it"),
+    PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_param_group.foreach_all_gather",
+               "cases.fsdp", "patch_foreach_all_gather raises AttributeError naming it"),
+    PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_param_group.foreach_reduce",
+               "cases.fsdp", "patch_foreach_reduce raises AttributeError naming it"),
+    PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_param_group."
+               "RegisterPostBackwardFunction", "cases.fsdp",
+               "patch_register_post_backward_hook_backward raises AttributeError naming it"),
+    PrivateAPI("torch.distributed._composable.checkpoint", "fixtures.fsdp_models",
+               "MLPStack.parallelize(use_activation_checkpointing=True) raises ImportError"),
     PrivateAPI("_pytest.unittest.TestCaseFunction", "integrations.pytest_plugin",
                "classes that ask for world sizes are a collection error naming the "
                "pytest version; others run as pytest collects them"),

@@ -1,0 +1,204 @@
+"""FSDP test bases: upstream's ``common_fsdp`` classes on distspawn's engine.
+
+Upstream's ``FSDPTest`` needs one accelerator per rank and skips everywhere
+else ("Need at least 1 CUDA device"), even for tests that need no GPU. Here,
+on a machine without an accelerator, FSDP tests run on CPU with gloo at
+``DEVICE_COUNT = 2`` ranks; only a test that really needs devices (it says so
+with ``skip_if_lt_x_gpu``, or uses a backend that needs them) skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from ..engine.exit_codes import TEST_SKIPS
+from ..fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
+from ..fixtures.device_probe import accelerator_device_count, accelerator_type, backend_for_device
+from ..fixtures.environment import FILE_SCHEMA, restore_environ
+from ..fixtures.helpers import reset_dynamo, run_subtests
+from .multiprocess import MultiProcessTestCase
+from .testcase import set_rng_seed
+from .threaded import MultiThreadedTestCase
+
+__all__ = [
+    "DEVICE_COUNT", "DEVICE_TYPE", "DISTRIBUTED_BACKEND", "FSDPTest", "FSDPTestMixin",
+    "FSDPTestMultiThread", "get_devtype", "patch_all_gather", "patch_all_reduce",
+    "patch_foreach_all_gather", "patch_foreach_reduce", "patch_post_backward",
+    "patch_reduce_scatter", "patch_register_post_backward_hook_backward", "patch_reshard",
+    "patch_unshard",
+]
+
+DEVICE_TYPE: str = accelerator_type() or "cpu"
+DISTRIBUTED_BACKEND: str = backend_for_device(DEVICE_TYPE)
+# Ranks per test: one per device; without an accelerator, two CPU ranks (enough
+# to shard, cheap on small machines). Upstream uses 1 there, and then skips.
+DEVICE_COUNT: int = accelerator_device_count() if DEVICE_TYPE != "cpu" else 2
+if torch.version.hip is not None and DEVICE_TYPE != "cpu":
+    DEVICE_COUNT = min(4, max(2, DEVICE_COUNT))
+
+
+def get_devtype() -> torch.device:
+    """The device FSDP tests run on here."""
+    return torch.device(DEVICE_TYPE)
+
+
+class FSDPTestMixin:
+    """Helpers shared by the FSDP bases."""
+
+    def run_subtests(self, *args: Any, **kwargs: Any) -> None:
+        return run_subtests(self, *args, **kwargs)
+
+
+class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
+    """Each test on ``DEVICE_COUNT`` rank processes with the default group
+    initialised (``DISTRIBUTED_BACKEND``), torch seeded and dynamo reset."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        # NCCL's desync-debug cleanup thread makes tests flaky; ranks inherit this.
+        self.addCleanup(restore_environ,
+                        {"TORCH_NCCL_DESYNC_DEBUG": os.environ.get("TORCH_NCCL_DESYNC_DEBUG")})
+        os.environ["TORCH_NCCL_DESYNC_DEBUG"] = "0"
+        self._spawn_processes()
+
+    @property
+    def world_size(self) -> int:
+        return DEVICE_COUNT
+
+    @property
+    def process_group(self) -> dist.ProcessGroup:
+        return dist.group.WORLD
+
+    @property
+    def destroy_pg_upon_exit(self) -> bool:
+        return False  # _run destroys it, after the closing barrier
+
+    @property
+    def init_method(self) -> str:
+        return f"{FILE_SCHEMA}{self.file_name}"
+
+    @classmethod
+    def _run(cls, rank: int, test_name: str, file_name: str, pipe: Any, **kwargs: Any) -> None:
+        self = cls(test_name)
+        self.rank = rank
+        self.file_name = file_name
+        needs_devices = any(name in DISTRIBUTED_BACKEND for name in ACCELERATOR_DIST_BACKENDS)
+        if needs_devices and accelerator_device_count() < self.world_size:
+            sys.exit(TEST_SKIPS[f"multi-gpu-{self.world_size}"].exit_code)
+        if kwargs.get("fake_pg", False):
+            from ..backends.fake_backend import FakeStore, register_fake_backend
+
+            register_fake_backend()
+            dist.init_process_group("fake", world_size=self.world_size, rank=rank,
+                                    store=FakeStore())
+        else:
+            dist.init_process_group(init_method=self.init_method, backend=DISTRIBUTED_BACKEND,
+                                    world_size=int(self.world_size), rank=rank)
+        device_ids = None
+        if DEVICE_TYPE != "cpu":
+            device_ids = [rank % accelerator_device_count()]
+            torch.accelerator.set_device_index(device_ids[0])
+        # Every rank is up before any test body (a fast skip must not race a slow start).
+        dist.barrier(device_ids=device_ids)
+        reset_dynamo()
+        set_rng_seed()
+        self.run_test(test_name, pipe)
+        reset_dynamo()
+        dist.barrier(device_ids=device_ids)
+        dist.destroy_process_group()
+
+
+class FSDPTestMultiThread(MultiThreadedTestCase):
+    """Each test on ``DEVICE_COUNT`` rank threads (the threaded backend)."""
+
+    @property
+    def world_size(self) -> int:
+        return DEVICE_COUNT
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._spawn_threads()
+
+    def run_subtests(self, *args: Any, **kwargs: Any) -> None:
+        return run_subtests(self, *args, **kwargs)
+
+    def perThreadSetUp(self) -> None:  # noqa: N802 - upstream's name
+        reset_dynamo()
+
+    def perThreadTearDown(self) -> None:  # noqa: N802 - upstream's name
+        reset_dynamo()
+
+
+# -- patching what FSDP calls ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, replacement: Callable) -> Iterator[None]:
+    # Barriers on both sides: on rank threads, every rank must read the same
+    # original and use the replacement for the whole block.
+    original = getattr(owner, name)
+    dist.barrier()
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        dist.barrier()
+        setattr(owner, name, original)
+
+
+def _param_group_module() -> Any:
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group
+
+    return _fsdp_param_group
+
+
+def patch_all_gather(new_all_gather_into_tensor: Callable):
+    """Within the block, ``dist.all_gather_single`` (what FSDP calls) is the given one."""
+    return _patched(dist, "all_gather_single", new_all_gather_into_tensor)
+
+
+def patch_reduce_scatter(new_reduce_scatter_tensor: Callable):
+    """Within the block, ``dist.reduce_scatter_single`` is the given one."""
+    return _patched(dist, "reduce_scatter_single", new_reduce_scatter_tensor)
+
+
+def patch_all_reduce(new_all_reduce: Callable):
+    """Within the block, ``dist.all_reduce`` is the given one."""
+    return _patched(dist, "all_reduce", new_all_reduce)
+
+
+def patch_foreach_all_gather(new_foreach_all_gather: Callable):
+    """Within the block, FSDP2's parameter groups all-gather with the given function."""
+    return _patched(_param_group_module(), "foreach_all_gather", new_foreach_all_gather)
+
+
+def patch_foreach_reduce(new_foreach_reduce: Callable):
+    """Within the block, FSDP2's parameter groups reduce with the given function."""
+    return _patched(_param_group_module(), "foreach_reduce", new_foreach_reduce)
+
+
+def patch_unshard(new_unshard: Callable):
+    """Within the block, ``FSDPParamGroup.unshard`` is the given method."""
+    return _patched(_param_group_module().FSDPParamGroup, "unshard", new_unshard)
+
+
+def patch_reshard(new_reshard: Callable):
+    """Within the block, ``FSDPParamGroup.reshard`` is the given method."""
+    return _patched(_param_group_module().FSDPParamGroup, "reshard", new_reshard)
+
+
+def patch_post_backward(new_post_backward: Callable):
+    """Within the block, ``FSDPParamGroup.post_backward`` is the given method."""
+    return _patched(_param_group_module().FSDPParamGroup, "post_backward", new_post_backward)
+
+
+def patch_register_post_backward_hook_backward(new_backward: Callable):
+    """Within the block, FSDP2's post-backward autograd function runs ``new_backward``."""
+    return _patched(_param_group_module().RegisterPostBackwardFunction, "backward",
+                    new_backward)

@@ -1,0 +1,71 @@
+"""distspawn.fsdp: upstream's FSDP2 test bases and helpers, running on CPU too.
+
+scenarios/fsdp_suite.py is written the way FSDP2 test files are. Upstream's
+FSDPTest skips every test on a machine without a GPU ("Need at least 1 CUDA
+device"); distspawn runs them on CPU with gloo, and only the test that asks
+for GPUs skips.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import run_python
+
+EXPECTED = {
+    "FullyShardOnRanks.test_fully_shard_matches_replicated_training": "pass",
+    "FullyShardOnRanks.test_needs_two_gpus": "skip: Need at least 2 CUDA devices",
+    "FullyShardOnRanks.test_rank_1_fails": "fail",
+    "FullyShardOnRanks.test_reduce_scatter_sees_the_unsharded_gradient": "pass",
+    "FullyShardOnThreads.test_world_on_threads": "pass",
+}
+NO_GPU = not torch.cuda.is_available()
+
+
+def verdicts(env=None):
+    run = run_python(["verdicts_json.py", "fsdp_suite"], env=env)
+    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
+    assert line, run.output
+    return json.loads(line[-1][len("VERDICTS "):]), run
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the CPU fallback")
+def test_fsdp_tests_run_on_cpu_with_gloo():
+    found, run = verdicts()
+    assert found == EXPECTED
+    assert run.leftover_files == [] and run.leftover_pids == []
+
+
+def upstream_fsdp_imports() -> bool:
+    probe = "import torch.testing._internal.common_fsdp"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not (NO_GPU and upstream_fsdp_imports()),
+                    reason="needs upstream's common_fsdp and no GPU")
+def test_upstream_skips_what_distspawn_runs():
+    found, _ = verdicts({"UPSTREAM_HARNESS": "1"})
+    assert found["FullyShardOnThreads.test_world_on_threads"] == "pass"
+    ranks = {t: v for t, v in found.items() if t.startswith("FullyShardOnRanks.")}
+    assert set(ranks.values()) == {"skip: Need at least 1 CUDA device"}
+
+
+@pytest.mark.skipif(not NO_GPU, reason="checks the CPU fallback")
+def test_a_failing_rank_is_named_first():
+    run = run_python(["-m", "unittest", "-v", "fsdp_suite.FullyShardOnRanks.test_rank_1_fails"])
+    report = run.report("test_rank_1_fails")
+    rank_lines = [line for line in report.splitlines() if line.startswith("rank ")]
+    assert rank_lines[0] == "rank 1: raised an exception", report
+    assert "rank 1 saw a wrong shard" in report
+
+
+def test_public_names():
+    import distspawn.fsdp as ours
+
+    for name in ("FSDPTest", "FSDPTestMultiThread", "FSDPInitMode", "DEVICEInitMode", "MLP",
+                 "MLPStack", "DoubleLinear", "patch_all_gather", "patch_reduce_scatter",
+                 "reduce_scatter_with_assert", "check_sharded_parity", "get_devtype"):
+        assert hasattr(ours, name), name
