@@ -86,7 +86,11 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
     """Run ``python *args`` with a private TMPDIR; report what it left behind."""
     marker = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="distspawn-test-") as tmp:
-        full_env = {**os.environ, "TMPDIR": tmp, MARKER_VAR: marker, **(env or {})}
+        # CI is the CI runner's flag, not the scenario's: with it set, upstream's
+        # run_tests writes XML reports and needs xmlrunner (upstream drops it for
+        # the test processes it starts, too).
+        inherited = {k: v for k, v in os.environ.items() if k != "CI"}
+        full_env = {**inherited, "TMPDIR": tmp, MARKER_VAR: marker, **(env or {})}
         started = time.monotonic()
         # A run that hangs past its timeout gets Ctrl-C first (its traceback says
         # where it waited; the harness ends its ranks), then is killed; the
