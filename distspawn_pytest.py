@@ -103,6 +103,13 @@ def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> Any:
     return make_class_collector(collector, name, obj)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _distspawn_loaded() and not session.config.option.collectonly:
+        from distspawn.integrations.pytest_plugin import start_rank_server_for
+
+        start_rank_server_for(session.items)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield

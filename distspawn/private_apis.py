@@ -29,7 +29,9 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.distributed.distributed_c10d._World", "backends.threaded_pg",
                "threaded tests skip, naming the missing hook"),
     PrivateAPI("torch.distributed.distributed_c10d._world", "backends.threaded_pg, "
-               "multi_threaded_pg", "threaded tests skip, naming the missing hook"),
+               "multi_threaded_pg, engine.group_keeper",
+               "threaded tests skip, naming the missing hook; a rank keeps only the groups "
+               "destroy_process_group() is given by name (see engine.group_keeper)"),
     PrivateAPI("torch._C._distributed_c10d._set_thread_isolation_mode", "backends.threaded_pg",
                "threaded tests skip, naming the missing hook"),
     PrivateAPI("torch.distributed.Backend._plugins", "backends.threaded_pg, "

@@ -231,7 +231,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             raise unittest.SkipTest(f"backend {backend!r} is not available in this torch")
         method = launch.resolve_start_method(cls.start_method, f"{cls.__name__}.start_method")
         check_rank_capacity(world_size, method, f"{cls.__name__}.world_size")
-        process_class = launch.process_class(method)
+        process_class = launch.process_class(method, cls.__module__)
         handle, rdvz_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
         os.close(handle)
         pool = _Pool([], rdvz_file, tempfile.mkdtemp(prefix="distspawn-pool-"))
@@ -257,6 +257,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                     f"{exc}{start_failure_hint(exc)}") from exc
             child_end.close()
             pool.workers.append(_Worker(rank, process, parent_end, files))
+        launch.report_warm_notes()
         if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
             cls.world_size = world_size  # as upstream: the dispatcher knows it too
         return pool

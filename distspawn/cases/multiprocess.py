@@ -28,6 +28,7 @@ from multiprocessing.connection import wait
 from ..engine import launch, worker
 from .class_ref import class_ref
 from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
+from ..engine.group_keeper import keep_destroyed_groups, release_kept_groups
 from ..fixtures.environment import (
     DEFAULT_WORLD_SIZE,
     IS_SANDCASTLE,
@@ -211,7 +212,8 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         world_size = validate_world_size(self.world_size, f"{owner}.world_size")
         check_rank_capacity(world_size, method, f"{owner}.world_size")
         self._started_at = time.monotonic()
-        self._start_processes(launch.process_class(method))
+        self._start_processes(launch.process_class(method, type(self).__module__))
+        launch.report_warm_notes()
 
     def _ranks_started_upstream_way(self) -> list[RankProcess]:
         """Handles for ranks a subclass's own ``_start_processes`` put in
@@ -272,6 +274,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         )
         listener.start()
         worker.enable_native_crash_dump()
+        keep_destroyed_groups()  # already done in distspawn's own rank processes
         set_rng_seed()
         try:
             getattr(self, test_name)()
@@ -298,6 +301,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
             parent_pipe.close()
         if self.destroy_pg_upon_exit and c10d.is_available() and c10d.is_initialized():
             c10d.destroy_process_group()
+        release_kept_groups()
 
     # -- in the parent -------------------------------------------------------
 

@@ -8,13 +8,22 @@ variable below), never by changing the global multiprocessing start method.
 
 from __future__ import annotations
 
+import atexit
+import json
+import multiprocessing.forkserver
 import os
 import signal
+import sys
+import tempfile
 import threading
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+
+from . import warm_modules
 
 START_METHOD_ENV = "DISTSPAWN_START_METHOD"
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -71,17 +80,81 @@ def stop_cleanly_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _stop_like_ctrl_c)
 
 
-def process_class(start_method: str) -> type:
-    """The ``Process`` class that starts ranks with ``start_method``."""
+class WarmImportWarning(UserWarning):
+    """A test module could not be preloaded into the rank server (the reason says why)."""
+
+
+_warm_wanted: list[str] = []
+_notes_path: str | None = None  # set once this process started its server
+
+
+def start_rank_server(modules: Iterable[str] = ()) -> None:
+    """Start this process's forkserver now, unless it runs, with ``modules`` preloaded.
+
+    Only modules named before the server starts are preloaded; it starts at
+    the latest when the first rank does. Under pytest the plugin calls this
+    once collection is over, so that the server imports torch and the test
+    modules while the first test sets up.
+    """
+    global _notes_path
+    for name in modules:
+        if name != "__main__" and name in sys.modules and name not in _warm_wanted:
+            _warm_wanted.append(name)
+    mp.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    if _notes_path is not None:
+        multiprocessing.forkserver.ensure_running()  # restarts one that died
+        return
+    fd, _notes_path = tempfile.mkstemp(prefix="distspawn-warm-", suffix=".json")
+    os.close(fd)
+    atexit.register(_remove_notes)
+    # Read by the server alone (distspawn.engine.warm_modules), then unset:
+    # nothing the tests start inherits them.
+    os.environ[warm_modules.MODULES_VAR] = ",".join(_warm_wanted)
+    os.environ[warm_modules.NOTES_VAR] = _notes_path
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.pop(warm_modules.MODULES_VAR, None)
+        os.environ.pop(warm_modules.NOTES_VAR, None)
+
+
+def report_warm_notes() -> None:
+    """Once the server answered: say, once, which modules it could not preload and why."""
+    if _notes_path is None or not os.path.exists(_notes_path):
+        return
+    try:
+        with open(_notes_path) as f:
+            notes = json.load(f)
+    except (OSError, ValueError):
+        return  # not written yet: the server has not finished starting
+    _remove_notes()
+    for name, why in notes.items():
+        warnings.warn(f"distspawn: test module {name} is not preloaded into the rank "
+                      f"server: {why}; each rank imports it itself", WarmImportWarning,
+                      stacklevel=2)
+
+
+def _remove_notes() -> None:
+    if _notes_path is not None:
+        try:
+            os.remove(_notes_path)
+        except OSError:
+            pass
+
+
+def process_class(start_method: str, test_module: str | None = None) -> type:
+    """The ``Process`` class that starts ranks with ``start_method``.
+
+    ``test_module``: the module of the test class, preloaded into the
+    forkserver if it has not started yet (see :func:`start_rank_server`).
+    """
     stop_cleanly_on_sigterm()
     if start_method == "fork" and torch.cuda.is_initialized():
         raise RuntimeError(
             "start method 'fork' cannot be used after CUDA was initialised in the parent "
             "process (forked children would inherit a broken CUDA context); use 'spawn'"
         )
-    context = mp.get_context(start_method)
     if start_method == "forkserver":
-        # Read when the server starts (the first time one is needed in this
-        # process); it is this process's own server, shared with nothing else.
-        context.set_forkserver_preload(FORKSERVER_PRELOAD)
-    return context.Process
+        # This process's own server, shared with nothing else.
+        start_rank_server([test_module] if test_module else [])
+    return mp.get_context(start_method).Process

@@ -20,10 +20,25 @@ try:
     # torch.distributed.tensor on first use: 0.6 s in every rank otherwise.
     import torch.distributed.tensor  # noqa: F401
     import torch.testing  # noqa: F401
-    # Not torch._dynamo (DDP imports it on first use, 1.4 s per rank): ranks
-    # forked from a server that imported it hang now and then.
 
     # The whole package, by name (the engine depends on nothing above it).
     importlib.import_module("distspawn")
+except BaseException:  # noqa: BLE001 - see the module docstring
+    pass
+
+try:
+    # DDP reads a dynamo setting when a model is wrapped: about 1 s per rank
+    # otherwise. (Ranks forked after this import used to hang now and then:
+    # that was torch freeing a gloo group under the GIL, made likelier by the
+    # faster start, and is what engine.group_keeper prevents.)
+    import torch._dynamo  # noqa: F401
+except BaseException:  # noqa: BLE001 - a broken optional dependency: ranks import it themselves
+    pass
+
+# Last: the test modules the test process named (see engine.warm_modules).
+try:
+    from distspawn.engine.warm_modules import warm_from_environment
+
+    warm_from_environment()
 except BaseException:  # noqa: BLE001 - see the module docstring
     pass

@@ -19,6 +19,7 @@ from typing import Any
 import torch.distributed as c10d
 
 from .exit_codes import skip_message_for
+from .group_keeper import release_kept_groups
 from .protocol import RankReport, ReportStatus
 from .worker import (
     RankFiles,
@@ -79,8 +80,10 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         sys.stdout.flush()
         sys.stderr.flush()
         conn.send(report)
+        release_kept_groups()  # groups the test destroyed; none is in use now
     if init_error is None and init_skip is None and c10d.is_initialized():
         c10d.destroy_process_group()
+    release_kept_groups()
 
 
 def _fresh_group(cls: type, rank: int, world_size: int, rdvz_file: str) -> None:

@@ -19,6 +19,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .exit_codes import TEST_ERROR_EXIT_CODE
+from .group_keeper import keep_destroyed_groups, release_kept_groups
+from .warm_modules import drop_stale_imports
 from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
 
 # Signal a rank answers by writing every thread's Python stack to its stack file.
@@ -224,6 +226,7 @@ def _destroy_process_group() -> None:
             dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - the rank's report is already sent
         pass
+    release_kept_groups()
 
 
 def _redirect_output(log_path: str) -> None:
@@ -271,8 +274,10 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     """
     _die_with_parent(parent_pid)
     adopt_environment(environ)
+    drop_stale_imports()
     _redirect_output(files.log_path)
     _record_python_stack_on_crash(files.crash_path)
+    keep_destroyed_groups()
     return _register_stack_dump(files.stack_path)
 
 

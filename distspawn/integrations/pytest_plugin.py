@@ -186,3 +186,33 @@ def label_rank_failures(item: pytest.Item, call: pytest.CallInfo, report: Any) -
     for detail in failure.failed_ranks:
         report.sections.append(
             (f"rank {detail.rank}: {detail.problem}", detail.details or "(nothing recorded)"))
+
+
+# -- a warm rank server -------------------------------------------------------------------
+
+def start_rank_server_for(items: list[pytest.Item]) -> None:
+    """Start the forkserver with the modules of the collected multi-process tests in it.
+
+    Called once collection is over: the server imports torch, distspawn and
+    those modules while the first test sets up, and ranks of every later test
+    are forked with all of it loaded (``engine.warm_modules`` says which
+    modules it leaves out and why).
+    """
+    from ..cases.continuous import MultiProcContinuousTest
+    from ..cases.multiprocess import MultiProcessTestCase
+    from ..engine import launch
+
+    modules = []
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if not (isinstance(cls, type)
+                and issubclass(cls, (MultiProcessTestCase, MultiProcContinuousTest))):
+            continue
+        try:
+            method = launch.resolve_start_method(getattr(cls, "start_method", None))
+        except ValueError:
+            continue  # the test itself reports the bad value
+        if method == "forkserver" and cls.__module__ not in modules:
+            modules.append(cls.__module__)
+    if modules:
+        launch.start_rank_server(modules)

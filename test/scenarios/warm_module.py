@@ -1,0 +1,30 @@
+"""Run under pytest: this module is preloaded into the rank server, unless its
+import starts a thread (WARM_START_THREAD=1), when ranks import it themselves."""
+
+import os
+import threading
+
+from distspawn import MultiProcessTestCase
+
+IMPORTED_IN = os.getpid()
+SEEN_BY_THIS_PROCESS = []
+STARTS_THREAD = os.environ.get("WARM_START_THREAD") == "1"
+if STARTS_THREAD:
+    threading.Thread(target=threading.Event().wait, name="poller", daemon=True).start()
+
+
+class WarmModule(MultiProcessTestCase):
+    world_size = 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_a_ranks_find_the_module_loaded_unless_unsafe(self):
+        imported_by_the_rank = IMPORTED_IN == os.getpid()
+        assert imported_by_the_rank == STARTS_THREAD, (IMPORTED_IN, os.getpid())
+        SEEN_BY_THIS_PROCESS.append(self.rank)
+
+    def test_b_ranks_see_no_state_from_an_earlier_test(self):
+        assert SEEN_BY_THIS_PROCESS == []
+        assert threading.active_count() == 1 + STARTS_THREAD + 1  # main, poller, listener
