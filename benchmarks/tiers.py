@@ -5,13 +5,20 @@ imports here) and through each distspawn tier, every combination in its own fres
 interpreter, and prints seconds per test, peak RSS per rank and the ratio to
 upstream's spawn-per-test harness at the same world size.
 
-    python benchmarks/tiers.py                      # everything, world sizes 2 and 4
-    python benchmarks/tiers.py --world-sizes 2 --suites trivial --tiers forkserver,threads
+    python benchmarks/tiers.py --pytest             # as users run: under pytest
+    python benchmarks/tiers.py --pytest --world-sizes 4 --suites ddp --tiers upstream-spawn,forkserver
+    python benchmarks/tiers.py                      # a bare unittest loop instead
 
-Suites: ``trivial`` (one gloo all_reduce) and ``ddp`` (a small DDP training step).
+Suites: ``trivial`` (one gloo all_reduce), ``ddp`` (a small DDP training step)
+and ``dtensor`` (a DTensorTestBase test sharding and redistributing a tensor on
+a 1-D mesh; tiers upstream-spawn and forkserver).
 Tiers: upstream-spawn, upstream-threads, spawn, forkserver, fork, reused, threads.
-Each configuration runs one warm-up test (server start, first imports), then
-``--tests`` timed tests (fewer for the spawn tiers, which take seconds each).
+
+With ``--pytest`` each configuration is one pytest run of this file with
+``--tests`` copies of the test (fewer for the spawn tiers, which take seconds
+each); pytest's per-test times give the first test (server start, first
+imports) and the median of the rest. Without it, a unittest loop runs one
+warm-up test and then the timed ones, and prints their mean.
 """
 
 from __future__ import annotations
@@ -28,13 +35,15 @@ import unittest
 
 TIERS = ("upstream-spawn", "upstream-threads", "spawn", "forkserver", "fork", "reused",
          "threads")
-SUITES = ("trivial", "ddp")
+SUITES = ("trivial", "ddp", "dtensor")
+DTENSOR_TIERS = ("upstream-spawn", "forkserver")
 SLOW_TIERS = ("upstream-spawn", "spawn")
 
 _TIER = os.environ.get("DISTSPAWN_BENCH_TIER")
 _SUITE = os.environ.get("DISTSPAWN_BENCH_SUITE", "trivial")
 _WORLD = int(os.environ.get("DISTSPAWN_BENCH_WS", "2"))
 _RSS_DIR = os.environ.get("DISTSPAWN_BENCH_RSS_DIR")
+_COPIES = int(os.environ.get("DISTSPAWN_BENCH_COPIES", "1"))  # test methods, under pytest
 
 
 def _record_rss(rank: int) -> None:
@@ -52,6 +61,14 @@ def _body(rank: int, world_size: int) -> None:
         t = torch.ones(2)
         dist.all_reduce(t)
         assert t[0].item() == world_size
+    elif _SUITE == "dtensor":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+        mesh = init_device_mesh("cpu", (world_size,))
+        full = torch.arange(8 * world_size, dtype=torch.float32).reshape(-1, 2)
+        sharded = distribute_tensor(full, mesh, [Shard(0)])
+        assert torch.equal(sharded.redistribute(mesh, [Replicate()]).to_local(), full)
     else:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -72,6 +89,8 @@ def _build_case():
         return None
     import torch.distributed as dist
 
+    if _SUITE == "dtensor":
+        return _build_dtensor_case()
     if _TIER.startswith("upstream"):
         from torch.testing._internal import common_distributed as harness
     else:
@@ -117,9 +136,33 @@ def _build_case():
                     _body(self.rank, self.world_size)
                 finally:
                     dist.destroy_process_group()
-    # Rank processes find the class by name: make it a plain module-level one.
-    Case.__name__ = Case.__qualname__ = "Case"
-    return Case
+    return _named(Case)
+
+
+def _build_dtensor_case():
+    if _TIER.startswith("upstream"):
+        from torch.testing._internal.distributed._tensor import common_dtensor as bases
+    else:
+        from distspawn import dtensor as bases
+
+    class Case(bases.DTensorTestBase):
+        @property
+        def world_size(self):
+            return _WORLD
+
+        @bases.with_comms
+        def test_body(self):
+            _body(self.rank, self.world_size)
+    return _named(Case)
+
+
+def _named(case):
+    # Rank processes find the class by name: make it a plain module-level one,
+    # with --tests copies of the test for a pytest run.
+    case.__name__ = case.__qualname__ = "Case"
+    for copy in range(1, _COPIES):
+        setattr(case, f"test_body_{copy:03d}", case.test_body)
+    return case
 
 
 Case = _build_case()
@@ -167,6 +210,39 @@ def _run_config(tier: str, suite: str, world_size: int, tests: int) -> dict:
     return {"error": f"exit {out.returncode}: {tail[0][:200]}"}
 
 
+def _run_under_pytest(tier: str, suite: str, world_size: int, tests: int) -> dict:
+    """One pytest run of this file with ``tests`` copies of the test, as users run."""
+    import statistics
+    import xml.etree.ElementTree as ElementTree
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rss_dir = os.path.join(tmp, "rss")
+        os.mkdir(rss_dir)
+        junit = os.path.join(tmp, "junit.xml")
+        env = dict(os.environ, DISTSPAWN_BENCH_TIER=tier, DISTSPAWN_BENCH_SUITE=suite,
+                   DISTSPAWN_BENCH_WS=str(world_size), DISTSPAWN_BENCH_RSS_DIR=rss_dir,
+                   DISTSPAWN_BENCH_COPIES=str(tests))
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-W", "ignore", f"--junitxml={junit}", os.path.abspath(__file__)],
+                             env=env, capture_output=True, text=True, check=False,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+        if not os.path.exists(junit):
+            tail = (out.stdout + out.stderr).strip().splitlines()[-1:] or ["no output"]
+            return {"error": f"exit {out.returncode}: {tail[0][:200]}"}
+        cases = list(ElementTree.parse(junit).getroot().iter("testcase"))
+        for case in cases:
+            for outcome in ("failure", "error", "skipped"):
+                found = case.find(outcome)
+                if found is not None:
+                    return {"error": f"{outcome}: {(found.get('message') or '')[:200]}"}
+        peaks = [int(open(os.path.join(rss_dir, n)).read()) for n in os.listdir(rss_dir)]
+    times = [float(case.get("time") or 0.0) for case in cases]
+    if len(times) < 2:
+        return {"error": f"{len(times)} tests ran"}
+    return {"first_s": times[0], "per_test_s": statistics.median(times[1:]),
+            "peak_rss_mb": max(peaks) / 1024 if peaks else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -179,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed tests per fast configuration (default 30)")
     parser.add_argument("--slow-tests", type=int, default=3,
                         help="timed tests per spawn configuration (default 3)")
+    parser.add_argument("--pytest", action="store_true",
+                        help="run each configuration under pytest, as users run tests")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -199,15 +277,21 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         parser.error(f"--world-sizes: expected integers like 2,4, got {args.world_sizes!r}")
 
-    print(f"{'suite':<8} {'ws':>2}  {'tier':<17} {'s/test':>9} {'peak RSS/rank':>14} "
-          f"{'vs upstream-spawn':>18}")
+    steady = "median s" if args.pytest else "s/test"
+    print(f"{'suite':<8} {'ws':>2}  {'tier':<17} {'first s':>8} {steady:>9} "
+          f"{'peak RSS/rank':>14} {'vs upstream-spawn':>18}")
     failed = False
     for suite in suites:
         for world_size in world_sizes:
             reference = None
             for tier in tiers:
+                if suite == "dtensor" and tier not in DTENSOR_TIERS:
+                    continue
                 tests = args.slow_tests if tier in SLOW_TIERS else args.tests
-                result = _run_config(tier, suite, world_size, tests)
+                if args.pytest:
+                    result = _run_under_pytest(tier, suite, world_size, max(tests, 2))
+                else:
+                    result = _run_config(tier, suite, world_size, tests)
                 if "error" in result:
                     failed = failed or not tier.startswith("upstream")
                     print(f"{suite:<8} {world_size:>2}  {tier:<17} not measured: "
@@ -222,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                     rss_text += " (all)"
                 ratio = (f"{reference / seconds:.0f}x faster"
                          if reference and tier != "upstream-spawn" else "-")
-                print(f"{suite:<8} {world_size:>2}  {tier:<17} {seconds:>8.3f}s {rss_text:>14} "
-                      f"{ratio:>18}", flush=True)
+                first = f"{result['first_s']:.2f}s" if "first_s" in result else "-"
+                print(f"{suite:<8} {world_size:>2}  {tier:<17} {first:>8} {seconds:>8.3f}s "
+                      f"{rss_text:>14} {ratio:>18}", flush=True)
     return 1 if failed else 0
 
 

@@ -1,5 +1,10 @@
 """Ranks start warm (dynamo and the test module preloaded) and still safely."""
 
+import os
+
+import pytest
+import torch
+
 from harness import run_python
 
 
@@ -31,4 +36,32 @@ def test_a_module_whose_import_starts_a_thread_is_not_preloaded_and_says_so_once
     assert run.output.count("WarmImportWarning: distspawn: test module warm_module is not "
                             "preloaded into the rank server: importing it started thread(s) "
                             "poller; each rank imports it itself") == 1, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def _usable_cpus():
+    return len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ({}, lambda cpus: max(1, cpus // 4)),
+    ({"DISTSPAWN_RANK_THREADS": "3"}, lambda cpus: 3),
+    ({"OMP_NUM_THREADS": "2"}, lambda cpus: 2),
+    ({"DISTSPAWN_RANK_THREADS": "torch"}, lambda cpus: torch.get_num_threads()),
+], ids=["shared-out", "explicit", "users-omp", "torch-default"])
+def test_ranks_share_the_cpus_out_unless_told_otherwise(setting, expected):
+    env = {**setting, "EXPECT_THREADS": str(expected(_usable_cpus()))}
+    if "OMP_NUM_THREADS" not in setting:
+        env["OMP_NUM_THREADS"] = ""  # as if unset (harness.run_python keeps the rest)
+    run = run_python(["rank_threads.py", "-v"], env=env, timeout=120)
+    assert run.returncode == 0, run.output
+
+
+def test_a_bad_thread_setting_is_one_clear_error_before_any_rank_starts():
+    run = run_python(["rank_threads.py", "-v", "FreshRanks"],
+                     env={"DISTSPAWN_RANK_THREADS": "many", "EXPECT_THREADS": "1"})
+    assert run.returncode == 1
+    assert ("DISTSPAWN_RANK_THREADS='many' is not accepted; use 'auto' (the default: the "
+            "usable CPUs shared out among the ranks, unless OMP_NUM_THREADS is set), 'torch' "
+            "(torch's own default in every rank) or a thread count >= 1") in run.output
     assert run.leftover_pids == [] and run.leftover_files == []

@@ -38,6 +38,7 @@ from ..fixtures.device_probe import accelerator_type, backend_for_device
 from .dist_backend import backend_is_available
 from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from ..engine.capacity import check_rank_capacity
+from ..engine.rank_threads import rank_environment
 from .multiprocess import validate_world_size
 from .multiprocess import start_failure_hint
 from ..engine.supervisor import RankProcess, RankSupervisor, end_processes, log_size
@@ -238,7 +239,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         # Registered before any start, so that a failed start still cleans up.
         cls._live_pool = pool
         _classes_with_pools.add(cls)
-        environ = dict(os.environ)
+        environ = rank_environment(world_size)
         for rank in range(world_size):
             parent_end, child_end = mp.Pipe()
             files = RankFiles.in_dir(pool.work_dir, rank)

@@ -29,6 +29,7 @@ from ..engine import launch, worker
 from .class_ref import class_ref
 from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
 from ..engine.group_keeper import keep_destroyed_groups, release_kept_groups
+from ..engine.rank_threads import rank_environment, threads_per_rank
 from ..fixtures.environment import (
     DEFAULT_WORLD_SIZE,
     IS_SANDCASTLE,
@@ -174,7 +175,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         self.processes = []
         self._rank_processes = []
         self._started_at = time.monotonic()
-        environ = dict(os.environ)
+        environ = rank_environment(world_size)
         # Ranks leave together only where this class's own join will tell
         # them when (an upstream-style override of the join would not).
         leave_with_peers = type(self)._join_processes is MultiProcessTestCase._join_processes
@@ -211,6 +212,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         method = launch.resolve_start_method(type(self).start_method, f"{owner}.start_method")
         world_size = validate_world_size(self.world_size, f"{owner}.world_size")
         check_rank_capacity(world_size, method, f"{owner}.world_size")
+        threads_per_rank(world_size)  # a bad setting fails here, before any start
         self._started_at = time.monotonic()
         self._start_processes(launch.process_class(method, type(self).__module__))
         launch.report_warm_notes()

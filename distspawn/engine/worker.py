@@ -21,6 +21,7 @@ from typing import Any
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import keep_destroyed_groups, release_kept_groups
 from .warm_modules import drop_stale_imports
+from .rank_threads import apply_thread_count
 from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
 
 # Signal a rank answers by writing every thread's Python stack to its stack file.
@@ -274,6 +275,7 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     """
     _die_with_parent(parent_pid)
     adopt_environment(environ)
+    apply_thread_count()
     drop_stale_imports()
     _redirect_output(files.log_path)
     _record_python_stack_on_crash(files.crash_path)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..engine.capacity import positive_int_from_env
+from ..engine.rank_threads import usable_cpus
 
 MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"
 
@@ -80,13 +81,6 @@ def parse_world_sizes(values: Iterable[Any], where: str) -> list[int]:
     return sizes
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _device_count() -> int:
     from ..fixtures.device_probe import accelerator_device_count
 
@@ -101,6 +95,6 @@ def machine_max_world_size(per_device: bool = False) -> tuple[int, str]:
     if per_device:
         count = _device_count()
         return count, f"{count} accelerator device(s), one per rank"
-    cpus = _usable_cpus()
+    cpus = usable_cpus()
     cap = max(4, 2 * cpus)
     return cap, f"{cpus} usable CPU(s): at most {cap} ranks; set {MAX_WORLD_SIZE_VAR} to change"
