@@ -65,3 +65,14 @@ def test_a_bad_thread_setting_is_one_clear_error_before_any_rank_starts():
             "usable CPUs shared out among the ranks, unless OMP_NUM_THREADS is set), 'torch' "
             "(torch's own default in every rank) or a thread count >= 1") in run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+@pytest.mark.parametrize("selection", [["--collect-only"], ["-k", "no_such_test"]])
+def test_a_run_that_starts_no_rank_leaves_no_server_behind(selection):
+    # The server starts when pytest collects the first multi-process class and
+    # waits for the module list; a run that never starts a rank must still end
+    # at once and take the server with it.
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", *selection,
+                      "warm_module.py"], timeout=60)
+    assert run.returncode in (0, 5), run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

@@ -13,6 +13,7 @@ import json
 import multiprocessing.forkserver
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -33,6 +34,7 @@ DEFAULT_START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods(
 # What the forkserver imports once: the script being run (as multiprocessing
 # does by default) and everything a rank needs (see distspawn.engine.preload).
 FORKSERVER_PRELOAD = ["__main__", "distspawn.engine.preload"]
+LIST_WAIT_S = 120.0
 
 
 def resolve_start_method(class_choice: str | None, owner: str = "start_method") -> str:
@@ -86,36 +88,79 @@ class WarmImportWarning(UserWarning):
 
 _warm_wanted: list[str] = []
 _notes_path: str | None = None  # set once this process started its server
+_list_socket: socket.socket | None = None  # the server waits to be told more modules
 
 
-def start_rank_server(modules: Iterable[str] = ()) -> None:
+def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -> None:
     """Start this process's forkserver now, unless it runs, with ``modules`` preloaded.
 
-    Only modules named before the server starts are preloaded; it starts at
-    the latest when the first rank does. Under pytest the plugin calls this
-    once collection is over, so that the server imports torch and the test
-    modules while the first test sets up.
+    It starts at the latest when the first rank does. ``more_to_come``: start
+    it at once (it imports torch meanwhile) but let it wait for the rest of the
+    modules, which the next call without ``more_to_come`` sends (the first
+    rank's start makes that call too, so the server never waits for nothing).
+    Under pytest the plugin calls this with ``more_to_come`` when it first
+    collects a multi-process test, and without once collection is over.
     """
-    global _notes_path
+    global _notes_path, _list_socket
     for name in modules:
         if name != "__main__" and name in sys.modules and name not in _warm_wanted:
             _warm_wanted.append(name)
     mp.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
     if _notes_path is not None:
-        multiprocessing.forkserver.ensure_running()  # restarts one that died
+        if not more_to_come:
+            _send_module_list()
+            multiprocessing.forkserver.ensure_running()  # restarts one that died
         return
+    server_environ = {warm_modules.MODULES_VAR: ",".join(_warm_wanted)}
+    if more_to_come:
+        if not sys.platform.startswith("linux"):
+            return  # no abstract sockets: start with the first rank instead
+        name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
+        _list_socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        _list_socket.bind("\0" + name)  # abstract: nothing on disk to remove
+        _list_socket.listen(1)
+        server_environ[warm_modules.LIST_SOCKET_VAR] = name
     fd, _notes_path = tempfile.mkstemp(prefix="distspawn-warm-", suffix=".json")
     os.close(fd)
     atexit.register(_remove_notes)
+    server_environ[warm_modules.NOTES_VAR] = _notes_path
     # Read by the server alone (distspawn.engine.warm_modules), then unset:
     # nothing the tests start inherits them.
-    os.environ[warm_modules.MODULES_VAR] = ",".join(_warm_wanted)
-    os.environ[warm_modules.NOTES_VAR] = _notes_path
+    os.environ.update(server_environ)
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
-        os.environ.pop(warm_modules.MODULES_VAR, None)
-        os.environ.pop(warm_modules.NOTES_VAR, None)
+        for key in server_environ:
+            os.environ.pop(key, None)
+
+
+def rank_server_started() -> bool:
+    """Whether :func:`start_rank_server` started this process's server."""
+    return _notes_path is not None
+
+
+def _send_module_list() -> None:
+    global _list_socket
+    listening, _list_socket = _list_socket, None
+    if listening is None:
+        return
+    # The server asks once its own imports are done: answered from a thread,
+    # so that the test process goes on meanwhile (its first rank waits for the
+    # server anyway). A server that died never asks: the thread gives up.
+    names = json.dumps(_warm_wanted).encode()
+
+    def answer() -> None:
+        listening.settimeout(LIST_WAIT_S)
+        try:
+            connection, _ = listening.accept()
+            with connection:
+                connection.sendall(names)
+        except OSError:
+            pass
+        finally:
+            listening.close()
+
+    threading.Thread(target=answer, name="distspawn-warm-list", daemon=True).start()
 
 
 def report_warm_notes() -> None:

@@ -28,6 +28,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any
 
 MODULES_VAR = "DISTSPAWN_WARM_MODULES"  # set only while the server starts
 NOTES_VAR = "DISTSPAWN_WARM_NOTES"
+LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # more modules are sent there
 PROBE_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
 
 
@@ -57,6 +59,9 @@ def warm_from_environment() -> None:
     """Import the modules the test process asked for (called by the preload)."""
     names = [n for n in os.environ.pop(MODULES_VAR, "").split(",") if n]
     notes_path = os.environ.pop(NOTES_VAR, None)
+    list_socket = os.environ.pop(LIST_SOCKET_VAR, None)
+    if list_socket:
+        names += [n for n in _receive_module_list(list_socket) if n not in names]
     notes = {}
     for name in names:
         why_not = _probe(name)
@@ -74,6 +79,21 @@ def warm_from_environment() -> None:
             return
         with os.fdopen(fd, "w") as out:
             json.dump(notes, out)
+
+
+def _receive_module_list(name: str) -> list[str]:
+    # The test process answers once it knows every module (pytest: after
+    # collection), or closes the socket when it leaves without knowing.
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect("\0" + name)
+            data = b""
+            while chunk := connection.recv(65536):
+                data += chunk
+        names = json.loads(data or b"[]")
+    except (OSError, ValueError):
+        return []
+    return [n for n in names if isinstance(n, str)]
 
 
 def _probe(name: str) -> str | None:

@@ -35,6 +35,8 @@ def make_class_collector(collector: Any, name: str, obj: Any) -> Any:
     """Our collector for a distspawn TestCase class, None for anything else."""
     if not (isinstance(obj, type) and issubclass(obj, RankDispatchingTestCase)):
         return None
+    if not collector.config.option.collectonly:
+        _start_rank_server_early(obj)
     if _PRIVATE_PYTEST_PROBLEM is not None:
         return UncollectableSizedClass.from_parent(collector, name=name, obj=obj) \
             if _asks_for_sizes(obj) else None
@@ -190,6 +192,29 @@ def label_rank_failures(item: pytest.Item, call: pytest.CallInfo, report: Any) -
 
 # -- a warm rank server -------------------------------------------------------------------
 
+def _forkserver_class(cls: Any) -> bool:
+    from ..cases.continuous import MultiProcContinuousTest
+    from ..cases.multiprocess import MultiProcessTestCase
+    from ..engine import launch
+
+    if not (isinstance(cls, type)
+            and issubclass(cls, (MultiProcessTestCase, MultiProcContinuousTest))):
+        return False
+    try:
+        return launch.resolve_start_method(getattr(cls, "start_method", None)) == "forkserver"
+    except ValueError:
+        return False  # the test itself reports the bad value
+
+
+def _start_rank_server_early(cls: type) -> None:
+    # The first multi-process test class collected: the server starts
+    # importing torch now, while pytest collects the rest.
+    if _forkserver_class(cls):
+        from ..engine import launch
+
+        launch.start_rank_server([cls.__module__], more_to_come=True)
+
+
 def start_rank_server_for(items: list[pytest.Item]) -> None:
     """Start the forkserver with the modules of the collected multi-process tests in it.
 
@@ -198,21 +223,12 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
     are forked with all of it loaded (``engine.warm_modules`` says which
     modules it leaves out and why).
     """
-    from ..cases.continuous import MultiProcContinuousTest
-    from ..cases.multiprocess import MultiProcessTestCase
     from ..engine import launch
 
     modules = []
     for item in items:
         cls = getattr(item, "cls", None)
-        if not (isinstance(cls, type)
-                and issubclass(cls, (MultiProcessTestCase, MultiProcContinuousTest))):
-            continue
-        try:
-            method = launch.resolve_start_method(getattr(cls, "start_method", None))
-        except ValueError:
-            continue  # the test itself reports the bad value
-        if method == "forkserver" and cls.__module__ not in modules:
+        if _forkserver_class(cls) and cls.__module__ not in modules:
             modules.append(cls.__module__)
-    if modules:
-        launch.start_rank_server(modules)
+    if modules or launch.rank_server_started():
+        launch.start_rank_server(modules)  # also tells an early-started server the list
