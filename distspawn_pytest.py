@@ -22,6 +22,12 @@ from typing import Any
 import pytest
 
 MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"  # read by distspawn.world_sizes
+# Names distspawn.engine.launch and distspawn.engine.warm_modules use (importing
+# them would import torch; test/test_layout.py checks that they agree).
+SERVER_PRELOAD = ["__main__", "distspawn.engine.preload"]
+WARM_MODULES_VAR = "DISTSPAWN_WARM_MODULES"
+WARM_NOTES_VAR = "DISTSPAWN_WARM_NOTES"
+WARM_LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"
 
 MARKER_HELP = (
     "world_size(*sizes, per_device=False): run this distspawn test once per world size "
@@ -94,10 +100,85 @@ def _isolate_xdist_worker(worker: str) -> tuple:
     return saved_environ, saved_tempdir, private_dir
 
 
+# A rank server started before the test process imported torch: its notes
+# file and the socket it waits on for the test modules (see below).
+_early_server: tuple[str, socket.socket] | None = None
+
+
+def pytest_collect_file(file_path: Any, parent: Any) -> None:
+    # The first test file that mentions distspawn starts the rank server, so
+    # that it imports torch while this process does (about 2 s, otherwise
+    # paid by the first test). Nothing here imports torch.
+    global _early_server
+    if (_early_server is None and str(file_path).endswith(".py")
+            and not parent.config.option.collectonly and _mentions_distspawn(file_path)):
+        _early_server = _start_rank_server_early()
+    return None
+
+
+def _mentions_distspawn(file_path: Any) -> bool:
+    try:
+        with open(file_path, "rb") as f:
+            return b"distspawn" in f.read(1 << 20)
+    except OSError:
+        return False
+
+
+def _start_rank_server_early() -> tuple[str, socket.socket] | None:
+    import multiprocessing.forkserver
+
+    if not sys.platform.startswith("linux") or "forkserver" not in \
+            multiprocessing.get_all_start_methods():
+        return None
+    if os.environ.get("DISTSPAWN_START_METHOD", "forkserver") != "forkserver":
+        return None
+    multiprocessing.get_context("forkserver").set_forkserver_preload(SERVER_PRELOAD)
+    fd, notes_path = tempfile.mkstemp(prefix="distspawn-warm-", suffix=".json")
+    os.close(fd)
+    name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind("\0" + name)  # abstract: nothing on disk
+    listening.listen(1)
+    server_environ = {WARM_MODULES_VAR: "", WARM_NOTES_VAR: notes_path,
+                      WARM_LIST_SOCKET_VAR: name}
+    os.environ.update(server_environ)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        for key in server_environ:
+            os.environ.pop(key, None)
+    return notes_path, listening
+
+
+def _hand_over_early_server() -> None:
+    # distspawn is loaded now: its launcher owns the server from here on.
+    global _early_server
+    if _early_server is not None:
+        from distspawn.integrations.pytest_plugin import adopt_early_rank_server
+
+        adopt_early_rank_server(*_early_server)
+        _early_server = None
+
+
+def _drop_early_server() -> None:
+    # No distspawn test after all: the server stops waiting and, with this
+    # process, ends.
+    global _early_server
+    if _early_server is not None:
+        notes_path, listening = _early_server
+        _early_server = None
+        listening.close()
+        try:
+            os.remove(notes_path)
+        except OSError:
+            pass
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> Any:
     if not _distspawn_loaded():
         return None
+    _hand_over_early_server()
     from distspawn.integrations.pytest_plugin import make_class_collector
 
     return make_class_collector(collector, name, obj)
@@ -105,9 +186,11 @@ def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> Any:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _distspawn_loaded() and not session.config.option.collectonly:
+        _hand_over_early_server()
         from distspawn.integrations.pytest_plugin import start_rank_server_for
 
         start_rank_server_for(session.items)
+    _drop_early_server()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -83,3 +83,15 @@ def test_no_module_is_over_600_lines():
 @pytest.mark.parametrize("module", PUBLIC_MODULES)
 def test_public_modules_keep_their_names(module):
     importlib.import_module(module)
+
+
+def test_the_light_pytest_plugin_names_what_the_engine_reads():
+    # distspawn_pytest starts the rank server before torch is imported, so it
+    # spells these out instead of importing them.
+    import distspawn_pytest
+    from distspawn.engine import launch, warm_modules
+
+    assert distspawn_pytest.SERVER_PRELOAD == launch.FORKSERVER_PRELOAD
+    assert distspawn_pytest.WARM_MODULES_VAR == warm_modules.MODULES_VAR
+    assert distspawn_pytest.WARM_NOTES_VAR == warm_modules.NOTES_VAR
+    assert distspawn_pytest.WARM_LIST_SOCKET_VAR == warm_modules.LIST_SOCKET_VAR

@@ -134,6 +134,20 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
             os.environ.pop(key, None)
 
 
+def adopt_rank_server(notes_path: str, list_socket: socket.socket) -> None:
+    """Take over a server started with :func:`start_rank_server`'s protocol elsewhere.
+
+    (The pytest plugin starts one before torch is imported, so it cannot call
+    this module then.) ``list_socket`` is where the server waits for the modules.
+    """
+    global _notes_path, _list_socket
+    if _notes_path is not None:
+        list_socket.close()
+        return
+    _notes_path, _list_socket = notes_path, list_socket
+    atexit.register(_remove_notes)
+
+
 def rank_server_started() -> bool:
     """Whether :func:`start_rank_server` started this process's server."""
     return _notes_path is not None
@@ -147,7 +161,9 @@ def _send_module_list() -> None:
     # The server asks once its own imports are done: answered from a thread,
     # so that the test process goes on meanwhile (its first rank waits for the
     # server anyway). A server that died never asks: the thread gives up.
-    names = json.dumps(_warm_wanted).encode()
+    # sys.path too: the server may have started before the test directories
+    # were added to it (pytest adds them as it imports the test modules).
+    names = json.dumps({"modules": _warm_wanted, "sys_path": sys.path}).encode()
 
     def answer() -> None:
         listening.settimeout(LIST_WAIT_S)

@@ -90,9 +90,13 @@ def _receive_module_list(name: str) -> list[str]:
             data = b""
             while chunk := connection.recv(65536):
                 data += chunk
-        names = json.loads(data or b"[]")
-    except (OSError, ValueError):
+        message = json.loads(data or b"{}")
+        names = message.get("modules", [])
+        path = message.get("sys_path")
+    except (OSError, ValueError, AttributeError):
         return []
+    if isinstance(path, list):
+        sys.path[:] = [p for p in path if isinstance(p, str)]
     return [n for n in names if isinstance(n, str)]
 
 

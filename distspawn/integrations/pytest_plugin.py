@@ -206,6 +206,13 @@ def _forkserver_class(cls: Any) -> bool:
         return False  # the test itself reports the bad value
 
 
+def adopt_early_rank_server(notes_path: str, list_socket: Any) -> None:
+    """Hand a server the light plugin started (before torch was imported) to the launcher."""
+    from ..engine import launch
+
+    launch.adopt_rank_server(notes_path, list_socket)
+
+
 def _start_rank_server_early(cls: type) -> None:
     # The first multi-process test class collected: the server starts
     # importing torch now, while pytest collects the rest.
