@@ -76,22 +76,3 @@ def test_a_run_that_starts_no_rank_leaves_no_server_behind(selection):
                       "warm_module.py"], timeout=60)
     assert run.returncode in (0, 5), run.output
     assert run.leftover_pids == [] and run.leftover_files == []
-
-
-@pytest.mark.parametrize("spares", ["1", "0"])
-def test_each_test_runs_on_processes_that_ran_no_other_test(spares, tmp_path):
-    run = run_python(["fresh_ranks.py"], env={"FRESH_DIR": str(tmp_path),
-                                              "DISTSPAWN_SPARE_RANKS": spares}, timeout=120)
-    assert run.returncode == 0 and "Ran 8 tests" in run.output, run.output
-    assert len(list(tmp_path.iterdir())) == 8 * 3
-    assert run.leftover_pids == [] and run.leftover_files == []
-
-
-def test_a_bad_spares_setting_is_one_clear_error():
-    run = run_python(["fresh_ranks.py", "FreshRanks.test_0"],
-                     env={"FRESH_DIR": "/nonexistent", "DISTSPAWN_SPARE_RANKS": "yes"})
-    assert run.returncode == 1
-    assert ("DISTSPAWN_SPARE_RANKS='yes' is not accepted; use 1 (fork each test's rank "
-            "processes ahead, while the previous test runs; the default) or 0 (fork them "
-            "when the test starts)") in run.output
-    assert run.leftover_pids == [] and run.leftover_files == []

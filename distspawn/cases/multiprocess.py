@@ -25,7 +25,7 @@ import torch.distributed as c10d
 import torch.multiprocessing as mp
 from multiprocessing.connection import wait
 
-from ..engine import launch, spares, worker
+from ..engine import launch, worker
 from .class_ref import class_ref
 from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
 from ..engine.group_keeper import keep_destroyed_groups, release_kept_groups
@@ -179,47 +179,33 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         # Ranks leave together only where this class's own join will tell
         # them when (an upstream-style override of the join would not).
         leave_with_peers = type(self)._join_processes is MultiProcessTestCase._join_processes
-        uses_spares = spares.enabled() and proc is mp.get_context("forkserver").Process
-        waiting = spares.POOL.take(world_size) if uses_spares else []
         for rank in range(world_size):
+            control_parent, control_child = mp.Pipe()
+            results_parent, results_child = mp.Pipe()  # duplex: LEAVE goes back on it
             files = worker.RankFiles.in_dir(self._work_dir, rank)
-            assignment = (class_ref(type(self)), rank, test_name, self.file_name, files,
-                          os.getpid(), run_kwargs, environ, leave_with_peers)
-            spare = waiting.pop(0) if waiting else None
-            if spare is not None and _assign(spare, assignment):
-                process, control_parent, results_parent = (
-                    spare.process, spare.control, spare.results)
-                process.name = f"process {rank}"
-            else:
-                process, control_parent, results_parent = self._start_rank(
-                    proc, rank, test_name, assignment)
+            try:
+                process = proc(
+                    target=worker.child_main,
+                    name=f"process {rank}",
+                    args=(class_ref(type(self)), rank, test_name, self.file_name,
+                          control_child, results_child, files, os.getpid(), run_kwargs,
+                          environ, leave_with_peers),
+                )
+                process.start()
+            except Exception as exc:
+                for conn in (control_parent, control_child, results_parent, results_child):
+                    conn.close()
+                raise RuntimeError(
+                    f"could not start rank {rank} of {type(self).__qualname__}.{test_name}: "
+                    f"{exc}{start_failure_hint(exc)}") from exc
+            # Our copies of the child's ends must go, or end-of-file never arrives.
+            control_child.close()
+            results_child.close()
             logger.debug("started rank %s as pid %s", rank, process.pid)
             self.pid_to_pipe[process.pid] = control_parent
             self.processes.append(process)
             self._rank_processes.append(
                 RankProcess(rank, process, control_parent, results_parent, files))
-        if uses_spares:  # for the next test, forked while this one runs
-            spares.POOL.refill(proc, worker.spare_main, world_size)
-
-    def _start_rank(self, proc, rank: int, test_name: str, assignment: tuple):
-        control_parent, control_child = mp.Pipe()
-        results_parent, results_child = mp.Pipe()  # duplex: LEAVE goes back on it
-        cls, rank, test_name, file_name, *rest = assignment
-        try:
-            process = proc(target=worker.child_main, name=f"process {rank}",
-                           args=(cls, rank, test_name, file_name, control_child,
-                                 results_child, *rest))
-            process.start()
-        except Exception as exc:
-            for conn in (control_parent, control_child, results_parent, results_child):
-                conn.close()
-            raise RuntimeError(
-                f"could not start rank {rank} of {type(self).__qualname__}.{test_name}: "
-                f"{exc}{start_failure_hint(exc)}") from exc
-        # Our copies of the child's ends must go, or end-of-file never arrives.
-        control_child.close()
-        results_child.close()
-        return process, control_parent, results_parent
 
     def _spawn_processes(self) -> None:
         owner = type(self).__name__
@@ -393,12 +379,3 @@ class MultiProcessTestCase(RankDispatchingTestCase):
     def is_master(self) -> bool:
         return self.rank == 0
 
-
-def _assign(spare: spares.Spare, assignment: tuple) -> bool:
-    """Tell a spare which rank of which test it is; False if it cannot be told."""
-    try:
-        spare.control.send(assignment)
-    except (OSError, ValueError):
-        spare.close()
-        return False
-    return True

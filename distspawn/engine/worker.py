@@ -283,21 +283,6 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     return _register_stack_dump(files.stack_path)
 
 
-def spare_main(control_conn: Connection, result_conn: Connection, parent_pid: int) -> None:
-    """The target of a spare rank process: wait for an assignment, then be that rank.
-
-    The assignment is ``child_main``'s arguments other than the two pipes;
-    the pipe closing instead means the test process no longer needs a spare.
-    """
-    _die_with_parent(parent_pid)
-    try:
-        assignment = control_conn.recv()
-    except (EOFError, OSError):
-        return
-    cls, rank, test_name, file_name, *rest = assignment
-    child_main(cls, rank, test_name, file_name, control_conn, result_conn, *rest)
-
-
 def child_main(
     cls: Any,
     rank: int,
