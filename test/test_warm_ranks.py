@@ -76,3 +76,10 @@ def test_a_run_that_starts_no_rank_leaves_no_server_behind(selection):
                       "warm_module.py"], timeout=60)
     assert run.returncode in (0, 5), run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_each_test_runs_on_processes_that_ran_no_other_test(tmp_path):
+    run = run_python(["fresh_ranks.py"], env={"FRESH_DIR": str(tmp_path)}, timeout=120)
+    assert run.returncode == 0 and "Ran 8 tests" in run.output, run.output
+    assert len(list(tmp_path.iterdir())) == 8 * 3
+    assert run.leftover_pids == [] and run.leftover_files == []
