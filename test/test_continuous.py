@@ -5,6 +5,7 @@ the verdicts must be the same each time, and nothing may be left behind.
 """
 
 import collections
+import sys
 
 import pytest
 
@@ -107,6 +108,8 @@ def test_run_rank_under_torchrun():
     assert result.returncode == 0, result.output
     assert result.output.count("Ran 2 tests") == 2, result.output
     assert "rank 1 of 2 ran test_all_reduce" in result.output
+    if sys.platform == "linux":  # the group and its threads are gone before shutdown
+        assert result.output.count("gloo threads at exit: 0") == 2, result.output
     assert result.leftover_pids == []
 
 

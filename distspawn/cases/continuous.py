@@ -142,6 +142,20 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         cls.pg = c10d.group.WORLD
 
     @classmethod
+    def _destroy_pg(cls) -> None:
+        """Destroy this rank's group and drop ``cls.pg``, so that it is freed now.
+
+        A group still referenced when the interpreter shuts down keeps gloo's
+        threads running into finalisation, where one that frees a finished
+        collective's tensors needs the GIL and aborts the process ("terminate
+        called without an active exception"). Seen with torch 2.14 under torchrun.
+        """
+        if c10d.is_initialized():
+            c10d.destroy_process_group()
+        if "pg" in cls.__dict__:
+            cls.pg = None
+
+    @classmethod
     def _run_test_given_id(cls, test_id: str, **kwargs: Any) -> None:
         """Run one test in this process as ``cls.rank`` (upstream's worker entry)."""
         test_name = test_id.rsplit(".", 1)[-1]
@@ -186,7 +200,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                 try:
                     c10d.barrier()
                 finally:
-                    c10d.destroy_process_group()
+                    cls._destroy_pg()
         else:
             cls._end_pool()
             for variant in variants_of(cls):  # pools of sizes the pytest plugin asked for

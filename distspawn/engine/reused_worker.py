@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-import torch.distributed as c10d
-
 from .exit_codes import skip_message_for
 from .group_keeper import release_kept_groups
 from .protocol import RankReport, ReportStatus
@@ -81,13 +79,12 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         sys.stderr.flush()
         conn.send(report)
         release_kept_groups()  # groups the test destroyed; none is in use now
-    if init_error is None and init_skip is None and c10d.is_initialized():
-        c10d.destroy_process_group()
+    if init_error is None and init_skip is None:
+        cls._destroy_pg()
     release_kept_groups()
 
 
 def _fresh_group(cls: type, rank: int, world_size: int, rdvz_file: str) -> None:
-    if c10d.is_initialized():
-        c10d.destroy_process_group()
+    cls._destroy_pg()
     cls.rdvz_file = rdvz_file
     cls._init_pg(rank, world_size, rdvz_file)

@@ -3,6 +3,7 @@
 Usage: python continuous_run_rank.py   (spawns 2 ranks; exits non-zero if any failed)
 """
 
+import atexit
 import os
 import sys
 import tempfile
@@ -29,10 +30,28 @@ class InRank(MultiProcContinuousTest):
         self.assertEqual(dist.get_rank(), self.rank)
 
 
+def report_gloo_threads_at_exit():
+    # gloo threads alive at interpreter shutdown can abort the rank there
+    # (torch 2.14: "terminate called without an active exception"), rarely;
+    # the group must be gone, and its threads with it, before then.
+    tasks = f"/proc/{os.getpid()}/task"
+    if os.path.isdir(tasks):
+        names = []
+        for task in os.listdir(tasks):
+            try:
+                with open(os.path.join(tasks, task, "comm")) as comm:
+                    names.append(comm.read().strip())
+            except OSError:
+                pass
+        alive = sum("gloo" in name for name in names)
+        print(f"rank {os.environ.get('RANK')}: gloo threads at exit: {alive}", flush=True)
+
+
 if __name__ == "__main__":
     rank = int(os.environ.get("RANK", -1))
     world_size = int(os.environ.get("WORLD_SIZE", 2))
     if rank >= 0:  # under torchrun
+        atexit.register(report_gloo_threads_at_exit)
         InRank.run_rank(rank, world_size)
     else:
         with tempfile.TemporaryDirectory() as directory:
