@@ -218,12 +218,19 @@ def _comparable(environ: Any) -> dict[str, str]:
 
 
 def drop_stale_imports() -> None:
-    """Forget warm imports that read the environment differently from this rank's."""
-    for record in _warm.values():
-        if record.read_whole_environ is not None:
-            stale = _comparable(record.read_whole_environ) != _comparable(os.environ)
-        else:
-            stale = any(os.environ.get(k) != v for k, v in record.environ_read.items())
+    """Forget warm imports that read the environment differently from this rank's.
+
+    Modules warmed after a stale one go too: they may hold its classes (a test
+    module importing a base from a module that read the environment), and a
+    class whose module is imported again is no longer the one pickle finds.
+    """
+    stale = False
+    for record in _warm.values():  # in the order they were imported
+        if not stale:
+            if record.read_whole_environ is not None:
+                stale = _comparable(record.read_whole_environ) != _comparable(os.environ)
+            else:
+                stale = any(os.environ.get(k) != v for k, v in record.environ_read.items())
         if stale:
             for module in record.modules:
                 sys.modules.pop(module, None)
