@@ -28,6 +28,9 @@ SERVER_PRELOAD = ["__main__", "distspawn.engine.preload"]
 WARM_MODULES_VAR = "DISTSPAWN_WARM_MODULES"
 WARM_NOTES_VAR = "DISTSPAWN_WARM_NOTES"
 WARM_LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"
+STAND_IN_VAR = "DISTSPAWN_STAND_IN"  # read by distspawn.integrations.stand_in
+STAND_IN_ON = ("1", "true", "yes", "on")
+STAND_IN_OFF = ("", "0", "false", "no", "off")
 
 MARKER_HELP = (
     "world_size(*sizes, per_device=False): run this distspawn test once per world size "
@@ -48,6 +51,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--distspawn-max-world-size", type=int, default=None, metavar="N",
         help=f"largest world size to run; bigger ones skip (same as {MAX_WORLD_SIZE_VAR}=N)")
+    group.addoption(
+        "--distspawn-stand-in", action="store_true", default=False,
+        help="run suites that import upstream's harness (torch.testing._internal."
+             "common_distributed and the bases built on it) on distspawn's engine, "
+             f"unchanged (same as {STAND_IN_VAR}=1)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
+                                  args: list[str]) -> None:
+    # Before any conftest or test module can import upstream's harness: the
+    # stand-in must be in place first (see distspawn.integrations.stand_in).
+    if getattr(early_config.known_args_namespace, "distspawn_stand_in", False):
+        os.environ[STAND_IN_VAR] = "1"  # ranks and the rank server inherit it
+    value = os.environ.get(STAND_IN_VAR, "").strip().lower()
+    if value not in STAND_IN_ON + STAND_IN_OFF:
+        raise pytest.UsageError(_bad_stand_in_value(os.environ[STAND_IN_VAR]))
+    if value in STAND_IN_ON:
+        global _early_server
+        if _early_server is None and not getattr(early_config.known_args_namespace,
+                                                 "collectonly", False):
+            # Test files need not mention distspawn in this mode: start the
+            # rank server now, while this process imports torch below.
+            _early_server = _start_rank_server_early()
+        import distspawn  # noqa: F401 - installs the stand-in when asked
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +106,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # run in priority order at exit; its temp dir's is -100, so ours comes after.
     multiprocessing.util.Finalize(None, shutil.rmtree, args=(private_dir,),
                                   kwargs={"ignore_errors": True}, exitpriority=-200)
+
+
+def _bad_stand_in_value(value: str) -> str:
+    # The words of distspawn.integrations.stand_in.bad_value_message (test_layout).
+    return (f"{STAND_IN_VAR}={value!r}: expected 1 (run upstream's harness modules on "
+            "distspawn's engine) or 0 / unset (leave them alone)")
 
 
 def _free_port() -> int:

@@ -1,7 +1,9 @@
 """One test file, through distspawn and through upstream's harness, under pytest.
 
 The file picks its harness from UPSTREAM_HARNESS (1: upstream's modules;
-otherwise distspawn's), as ``test/scenarios/*`` do. Each run goes through pytest,
+otherwise distspawn's), as ``test/scenarios/*`` do. A third harness,
+``stand-in``, runs the upstream variant unchanged with ``DISTSPAWN_STAND_IN=1``
+(distspawn's zero-change mode: upstream's modules on distspawn's engine). Each run goes through pytest,
 the way users run tests, once per world size and harness, and prints pass /
 fail / skip counts, wall time, the speed ratio, and every test whose verdict
 differs between the harnesses. The default file is upstream's own
@@ -12,6 +14,7 @@ unchanged), for which BACKEND / WORLD_SIZE / TEMP_DIR choose the run.
     python benchmarks/side_by_side.py --world-sizes 2 -k "barrier or broadcast"
     python benchmarks/side_by_side.py --file test/scenarios/dtensor_suite.py
     python benchmarks/side_by_side.py --harnesses distspawn --save verdicts.json
+    python benchmarks/side_by_side.py --harnesses stand-in,upstream
 
 Needs ``torch.testing._internal`` to import (``pip install expecttest``).
 """
@@ -30,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_SUITE = ROOT / "test" / "scenarios" / "upstream_dist_suite.py"
-HARNESSES = ("distspawn", "upstream")
+HARNESSES = ("distspawn", "upstream", "stand-in")
 
 
 def verdicts_from_junit(path: Path, times: dict[str, float] | None = None) -> dict[str, str]:
@@ -62,7 +65,9 @@ def run_suite(harness: str, world_size: int, backend: str, keyword: str | None,
         temp_dir = Path(tmp) / "temp_dir"
         temp_dir.mkdir()
         env = {**os.environ, "BACKEND": backend, "WORLD_SIZE": str(world_size),
-               "TEMP_DIR": str(temp_dir), "UPSTREAM_HARNESS": "1" if harness == "upstream" else "0"}
+               "TEMP_DIR": str(temp_dir),
+               "UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1",
+               "DISTSPAWN_STAND_IN": "1" if harness == "stand-in" else "0"}
         # --noconftest: the repository's test/conftest.py is for distspawn's own tests.
         targets = [f"{suite}::{name.replace('.', '::')}" for name in tests or []]
         command = [sys.executable, "-m", "pytest", *(targets or [str(suite)]), "-q",
@@ -90,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--world-sizes", default="2",
                         help="comma-separated WORLD_SIZE values (default: 2)")
     parser.add_argument("--harnesses", default=",".join(HARNESSES),
-                        help="comma-separated: distspawn, upstream (default: both)")
+                        help="comma-separated: distspawn, upstream, stand-in "
+                             "(default: all three)")
     parser.add_argument("--backend", default="gloo")
     parser.add_argument("--file", type=Path, default=UPSTREAM_SUITE,
                         help="the test file (default: upstream's DistributedTest suite)")
@@ -119,18 +125,22 @@ def main(argv: list[str] | None = None) -> int:
                                                     "test_seconds": times}
             print(f"WORLD_SIZE={world_size} {harness:9}: {counts(verdicts)} "
                   f"in {elapsed:.0f} s", flush=True)
-        if len(harnesses) == 2:
-            ours = results[f"distspawn-ws{world_size}"]
-            theirs = results[f"upstream-ws{world_size}"]
+        if "upstream" not in harnesses:
+            continue
+        theirs = results[f"upstream-ws{world_size}"]
+        for harness in harnesses:
+            if harness == "upstream":
+                continue
+            ours = results[f"{harness}-ws{world_size}"]
             ratio = theirs["seconds"] / max(ours["seconds"], 1e-9)
             different = {name: (ours["verdicts"].get(name), theirs["verdicts"].get(name))
                          for name in set(ours["verdicts"]) | set(theirs["verdicts"])
                          if _kind(ours["verdicts"].get(name)) !=
                          _kind(theirs["verdicts"].get(name))}
-            print(f"WORLD_SIZE={world_size}: distspawn {ratio:.1f}x faster; "
+            print(f"WORLD_SIZE={world_size}: {harness} {ratio:.1f}x faster than upstream; "
                   f"{len(different)} verdicts differ", flush=True)
             for name, (mine, upstream) in sorted(different.items()):
-                print(f"  {name}: distspawn {mine!r}, upstream {upstream!r}")
+                print(f"  {name}: {harness} {mine!r}, upstream {upstream!r}")
     if args.save:
         args.save.write_text(json.dumps(results, indent=1, sort_keys=True))
     return 0

@@ -171,3 +171,18 @@ def __getattr__(name: str):
 
 
 _alias_former_names()
+
+
+def _stand_in_if_requested() -> None:
+    # DISTSPAWN_STAND_IN=1: every process that imports distspawn (the test
+    # process, the rank server, a spawned rank) puts distspawn's names into
+    # upstream's harness modules before it imports a test module.
+    import os
+
+    if os.environ.get("DISTSPAWN_STAND_IN"):
+        from .integrations import stand_in
+
+        stand_in.install_if_requested("import distspawn")
+
+
+_stand_in_if_requested()

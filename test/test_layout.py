@@ -95,3 +95,13 @@ def test_the_light_pytest_plugin_names_what_the_engine_reads():
     assert distspawn_pytest.WARM_MODULES_VAR == warm_modules.MODULES_VAR
     assert distspawn_pytest.WARM_NOTES_VAR == warm_modules.NOTES_VAR
     assert distspawn_pytest.WARM_LIST_SOCKET_VAR == warm_modules.LIST_SOCKET_VAR
+
+
+def test_the_light_pytest_plugin_reads_the_stand_in_variable_as_distspawn_does():
+    import distspawn_pytest
+    from distspawn.integrations import stand_in
+
+    assert distspawn_pytest.STAND_IN_VAR == stand_in.STAND_IN_VAR
+    assert distspawn_pytest.STAND_IN_ON == stand_in.STAND_IN_ON
+    assert distspawn_pytest.STAND_IN_OFF == stand_in.STAND_IN_OFF
+    assert distspawn_pytest._bad_stand_in_value("x") == stand_in.bad_value_message("x")

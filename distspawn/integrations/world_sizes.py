@@ -16,7 +16,6 @@ count for one-device-per-rank tests.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 

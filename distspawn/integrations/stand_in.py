@@ -1,0 +1,162 @@
+"""Zero-change mode: suites that import upstream's harness run on distspawn's engine.
+
+Opt-in: ``pytest --distspawn-stand-in`` or ``DISTSPAWN_STAND_IN=1 pytest``
+under pytest, and ``python -m distspawn.stand_in test_file.py [args]`` for a
+file run as a script (upstream's ``run_tests()``) or ``-m unittest ...``. Both
+set the variable, so that the rank server and every rank inherit it. Before any test
+module is imported, upstream's ``common_distributed`` and ``multi_threaded_pg``
+modules are imported and every name distspawn also defines is replaced, in the
+module itself, by distspawn's: the test cases, skip decorators, ``TEST_SKIPS``
+and the threaded world. Modules imported afterwards that build on them
+(``common_dtensor``, ``common_fsdp``, ``distributed_test``, a project's own
+bases) then derive from distspawn's classes as they are, and functions left in
+upstream's module see distspawn's names too, since they read the module's
+globals.
+
+It cannot take over once a module that took upstream's classes by name has
+been imported (a conftest that imported ``common_dtensor``, say): those classes
+already exist. Then it says why, once, and changes nothing, so that the run is
+upstream's harness untouched rather than a mix of the two.
+
+Nothing here is imported, and no private torch module is touched, unless the
+mode is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+import warnings
+from types import ModuleType
+
+STAND_IN_VAR = "DISTSPAWN_STAND_IN"
+# distspawn_pytest.py checks values with the same lists (test_layout compares them).
+STAND_IN_ON = ("1", "true", "yes", "on")
+STAND_IN_OFF = ("", "0", "false", "no", "off")
+
+# upstream module -> distspawn module whose names replace its own
+_REPLACED = {
+    "torch.testing._internal.common_distributed": "distspawn.compat",
+    "torch.testing._internal.distributed.multi_threaded_pg": "distspawn.multi_threaded_pg",
+}
+# The modules above import their siblings (common_utils, ...), which is fine;
+# these are the ones that take the harness classes by name at import time.
+_BUILT_ON_THEM = (
+    "torch.testing._internal.common_fsdp",
+    "torch.testing._internal.distributed._tensor.common_dtensor",
+    "torch.testing._internal.distributed.distributed_test",
+)
+# Upstream names whose distspawn value must not replace upstream's: none today;
+# kept as the place to say why if one must stay.
+_KEPT_UPSTREAM: dict[str, str] = {}
+
+_installed = False
+
+
+class StandInWarning(UserWarning):
+    """The zero-change mode was asked for but could not take over."""
+
+
+def requested(environ: os._Environ | dict | None = None) -> bool:
+    """Whether ``DISTSPAWN_STAND_IN`` asks for the zero-change mode (bad values raise)."""
+    value = (environ if environ is not None else os.environ).get(STAND_IN_VAR, "")
+    if value.strip().lower() in STAND_IN_ON:
+        return True
+    if value.strip().lower() in STAND_IN_OFF:
+        return False
+    raise ValueError(bad_value_message(value))
+
+
+def bad_value_message(value: str) -> str:
+    return (f"{STAND_IN_VAR}={value!r}: expected 1 (run upstream's harness modules on "
+            "distspawn's engine) or 0 / unset (leave them alone)")
+
+
+def installed() -> bool:
+    """Whether upstream's harness modules now hold distspawn's names in this process."""
+    return _installed
+
+
+def why_not() -> str | None:
+    """Why the mode cannot take over in this process now (None: it can)."""
+    too_late = [name for name in _BUILT_ON_THEM if name in sys.modules]
+    if too_late:
+        return (f"{', '.join(too_late)} {'was' if len(too_late) == 1 else 'were'} imported "
+                "before distspawn could stand in for upstream's harness (by a conftest or "
+                "plugin), so the test classes built on it are upstream's")
+    for upstream in _REPLACED:
+        try:
+            importlib.import_module(upstream)
+        except Exception as exc:  # noqa: BLE001 - any failure means: cannot take over
+            return f"{upstream} does not import in this environment ({type(exc).__name__}: {exc})"
+    return None
+
+
+def install() -> str | None:
+    """Put distspawn's names into upstream's harness modules; the reason if it cannot."""
+    global _installed
+    if _installed:
+        return None
+    reason = why_not()
+    if reason is not None:
+        return reason
+    for upstream_name, ours_name in _REPLACED.items():
+        _replace_names(sys.modules[upstream_name], importlib.import_module(ours_name))
+    _installed = True
+    return None
+
+
+def install_if_requested(where: str) -> None:
+    """Called before test modules load: take over when asked, else do nothing.
+
+    ``where`` names the caller in the warning given when the mode cannot take over.
+    """
+    if not requested():
+        return
+    reason = install()
+    if reason is not None:
+        warnings.warn(StandInWarning(
+            f"{STAND_IN_VAR}=1 ({where}): running on upstream's harness unchanged: {reason}"),
+            stacklevel=2)
+
+
+def _replace_names(upstream: ModuleType, ours: ModuleType) -> None:
+    names = getattr(ours, "__all__", None) or [n for n in vars(ours) if not n.startswith("__")]
+    for name in names:
+        if name in _KEPT_UPSTREAM or not hasattr(upstream, name):
+            continue
+        setattr(upstream, name, getattr(ours, name))
+
+
+USAGE = """usage: python -m distspawn.stand_in TEST_FILE.py [ARGS ...]
+       python -m distspawn.stand_in -m MODULE [ARGS ...]   (e.g. -m unittest test_x)
+
+Runs a test file written for upstream's harness on distspawn's engine, unchanged."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m distspawn.stand_in``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or (args[0] == "-m" and len(args) < 2):
+        print(USAGE, file=sys.stderr if not args or args[0] == "-m" else sys.stdout)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    if args[0] != "-m" and not os.path.isfile(args[0]):
+        print(f"distspawn.stand_in: TEST_FILE={args[0]!r}: no such file\n{USAGE}",
+              file=sys.stderr)
+        return 2
+    os.environ[STAND_IN_VAR] = "1"
+    reason = install()
+    if reason is not None:
+        warnings.warn(StandInWarning(
+            f"python -m distspawn.stand_in: running on upstream's harness unchanged: {reason}"),
+            stacklevel=1)
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(args)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+        runpy.run_path(args[0], run_name="__main__")
+    return 0

@@ -1,0 +1,99 @@
+"""The zero-change mode: a file written for upstream's harness (and the bases on
+it) runs on distspawn's engine without an edit, with upstream's verdicts.
+
+Each run is compared with the same file on upstream's harness, in this run.
+"""
+
+import re
+
+import pytest
+
+from harness import run_python
+
+pytest.importorskip("torch.testing._internal.common_utils",
+                    reason="upstream's harness does not import here (expecttest missing?)")
+
+FILE = "upstream_derived.py"
+EXPECTED = {
+    "DTensorOnRanks::test_shard_then_replicate": "PASSED",
+    "DTensorOnRanks::test_rank_2_disagrees": "FAILED",
+    "DTensorOnRanks::test_wants_eight_gpus": "SKIPPED",
+    "DTensorOnThreads::test_shard_on_threads": "PASSED",
+    "PlainProcesses::test_all_reduce": "PASSED",
+    "FSDPOnRanks::test_fully_shard": "SKIPPED",  # upstream's FSDPTest wants 2 GPUs
+    "FSDPOnThreads::test_fully_shard_on_threads": "PASSED",
+}
+# Only distspawn's failure report says this (upstream prints its own repro line).
+DISTSPAWN_REPORT = "Re-run just this test:"
+FALLBACK = "running on upstream's harness unchanged"
+
+
+def verdicts(output: str) -> dict[str, str]:
+    return {name: verdict for name, verdict in
+            re.findall(r"::(\w+::\w+) (PASSED|FAILED|SKIPPED)", output)}
+
+
+def pytest_run(*extra: str, env: dict | None = None):
+    return run_python(["-m", "pytest", "-v", "-p", "no:cacheprovider", FILE, *extra],
+                      env=env, timeout=300)
+
+
+def test_same_verdicts_as_upstream_on_distspawns_engine():
+    upstream = pytest_run()
+    stand_in = pytest_run("--distspawn-stand-in")
+    assert verdicts(upstream.output) == EXPECTED, upstream.output
+    assert verdicts(stand_in.output) == EXPECTED, stand_in.output
+    # The failure is reported by distspawn (the rank and its assertion), not upstream.
+    assert DISTSPAWN_REPORT not in upstream.output
+    assert DISTSPAWN_REPORT in stand_in.output
+    assert "rank 2 disagrees" in stand_in.output
+    assert "Need at least 2 CUDA devices" in pytest_run(
+        "--distspawn-stand-in", "-rs", "-k", "FSDPOnRanks").output
+    for run in (upstream, stand_in):
+        assert FALLBACK not in run.output
+        assert run.leftover_pids == []
+    assert stand_in.leftover_files == []  # (upstream's run leaves temp dirs behind)
+
+
+def test_the_environment_variable_asks_for_it_too():
+    run = pytest_run("-k", "rank_2 or PlainProcesses", env={"DISTSPAWN_STAND_IN": "1"})
+    assert verdicts(run.output) == {"DTensorOnRanks::test_rank_2_disagrees": "FAILED",
+                                    "PlainProcesses::test_all_reduce": "PASSED"}, run.output
+    assert DISTSPAWN_REPORT in run.output
+
+
+def test_a_file_run_as_a_script():
+    run = run_python(["-m", "distspawn.stand_in", FILE, "DTensorOnRanks", "PlainProcesses"],
+                     timeout=300)
+    assert run.returncode == 1, run.output
+    assert "Ran 4 tests" in run.output and "FAILED (failures=1, skipped=1)" in run.output
+    assert DISTSPAWN_REPORT in run.output and "rank 2 disagrees" in run.output
+    assert run.leftover_pids == []
+
+
+def test_too_late_to_stand_in_says_why_and_leaves_upstream_alone():
+    # A plugin imported upstream's DTensor base before the mode could act.
+    run = pytest_run("-p", "upstream_first", "--distspawn-stand-in", "-k", "rank_2")
+    assert FALLBACK in run.output, run.output
+    assert "common_dtensor was imported before" in run.output, run.output
+    assert verdicts(run.output) == {"DTensorOnRanks::test_rank_2_disagrees": "FAILED"}
+    assert DISTSPAWN_REPORT not in run.output  # upstream's harness ran it
+    assert run.leftover_pids == []
+
+
+def test_a_bad_value_is_one_clear_error_before_anything_starts():
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", FILE],
+                     env={"DISTSPAWN_STAND_IN": "maybe"}, timeout=120)
+    assert run.returncode == 4  # pytest's usage error
+    assert "DISTSPAWN_STAND_IN='maybe': expected 1" in run.output, run.output
+    assert "Traceback" not in run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "usage: python -m distspawn.stand_in TEST_FILE.py"),
+    (["no_such_file.py"], "TEST_FILE='no_such_file.py': no such file"),
+])
+def test_the_script_runner_says_what_it_needs(args, message):
+    run = run_python(["-m", "distspawn.stand_in", *args], timeout=120)
+    assert run.returncode == 2 and message in run.output, run.output
