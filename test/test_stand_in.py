@@ -18,6 +18,7 @@ EXPECTED = {
     "DTensorOnRanks::test_shard_then_replicate": "PASSED",
     "DTensorOnRanks::test_rank_2_disagrees": "FAILED",
     "DTensorOnRanks::test_wants_eight_gpus": "SKIPPED",
+    "PerDeviceTypeCPU::test_mesh_on_cpu": "PASSED",
     "DTensorOnThreads::test_shard_on_threads": "PASSED",
     "PlainProcesses::test_all_reduce": "PASSED",
     "FSDPOnRanks::test_fully_shard": "SKIPPED",  # upstream's FSDPTest wants 2 GPUs

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
 from torch.testing._internal.common_distributed import MultiProcessTestCase, skip_if_lt_x_gpu
 from torch.testing._internal.common_fsdp import MLP, FSDPTest, FSDPTestMultiThread
 from torch.testing._internal.common_utils import run_tests
@@ -43,6 +44,21 @@ class DTensorOnRanks(DTensorTestBase):
     @with_comms
     def test_wants_eight_gpus(self):
         pass
+
+
+class PerDeviceType(DTensorTestBase):
+    # instantiate_device_type_tests mixes upstream's own TestCase subclass
+    # (CPUTestBase) into the class: setUp must still reach the harness.
+    @property
+    def world_size(self):
+        return 2
+
+    @with_comms
+    def test_mesh_on(self, device):
+        self.assertEqual(self.build_device_mesh().device_type, device)
+
+
+instantiate_device_type_tests(PerDeviceType, globals(), only_for=("cpu",))
 
 
 class DTensorOnThreads(DTensorOpTestBase):
