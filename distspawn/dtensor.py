@@ -14,6 +14,7 @@ from .cases.dtensor import (
     DEVICE_TYPE,
     NUM_DEVICES,
     PG_BACKEND,
+    DTensorContinuousTestBase,
     DTensorOpTestBase,
     DTensorTestBase,
     DTensorTestMixin,
@@ -35,7 +36,7 @@ from .fixtures.dtensor_models import (
 
 __all__ = [
     "DEVICE_COUNT", "DEVICE_TYPE", "NUM_DEVICES", "PG_BACKEND", "Attention",
-    "DTensorConverter", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
+    "DTensorContinuousTestBase", "DTensorConverter", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
     "FeedForward", "MLPModule", "MLPStacked", "ModelArgs", "RMSNormPython", "TestFunc",
     "Transformer", "TransformerBlock", "skip_unless_torch_gpu", "with_comms",
 ]

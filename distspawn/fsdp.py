@@ -15,7 +15,9 @@ from .cases.fsdp import (
     DISTRIBUTED_BACKEND,
     FSDPTest,
     FSDPTestMixin,
+    FSDPTestContinuous,
     FSDPTestMultiThread,
+    compiled_fsdp_test,
     get_devtype,
     patch_all_gather,
     patch_all_reduce,
@@ -39,8 +41,8 @@ from .fixtures.fsdp_models import (
 
 __all__ = [
     "DEVICE_COUNT", "DEVICE_TYPE", "DISTRIBUTED_BACKEND", "DEVICEInitMode", "DoubleLinear",
-    "FSDPInitMode", "FSDPTest", "FSDPTestMixin", "FSDPTestMultiThread", "MLP", "MLPStack",
-    "check_sharded_parity", "get_devtype", "patch_all_gather", "patch_all_reduce",
+    "FSDPInitMode", "FSDPTest", "FSDPTestContinuous", "FSDPTestMixin", "FSDPTestMultiThread",
+    "MLP", "MLPStack", "check_sharded_parity", "compiled_fsdp_test", "get_devtype", "patch_all_gather", "patch_all_reduce",
     "patch_foreach_all_gather", "patch_foreach_reduce", "patch_post_backward",
     "patch_reduce_scatter", "patch_register_post_backward_hook_backward", "patch_reshard",
     "patch_unshard", "reduce_scatter_with_assert",

@@ -23,6 +23,9 @@ EXPECTED = {
     "DTensorBasics.test_shard_and_redistribute_on_a_1d_mesh": "pass",
     "DTensorBasics.test_transformer_under_tensor_parallelism": "pass",
     "DTensorBasics.test_world_size_is_num_devices": "pass",
+    "DTensorOnReusedRanks.test_rank_3_fails_on_reused_ranks": "fail",
+    "DTensorOnReusedRanks.test_shard_on_reused_ranks": "pass",
+    "DTensorOnReusedRanks.test_the_group_is_still_there": "pass",
     "DTensorOnThreads.test_shard_on_threads": "pass",
     "DTensorOnThreads.test_with_comms_passes_through": "pass",
     "OwnInitPG.test_called_with_parentheses": "pass",
@@ -52,7 +55,14 @@ def upstream_dtensor_imports() -> bool:
                     "does not import here")
 def test_upstream_gives_the_same_verdicts():
     found, _ = verdicts({"UPSTREAM_HARNESS": "1"})
-    assert {t: {"error": "fail"}.get(v, v) for t, v in found.items()} == EXPECTED
+    # Upstream's reused ranks skip the rest of a class after a failure (its
+    # "poison pill"); distspawn's run them on fresh workers, by design.
+    after_failure = {"DTensorOnReusedRanks.test_shard_on_reused_ranks",
+                     "DTensorOnReusedRanks.test_the_group_is_still_there"}
+    for test in after_failure:
+        assert found.pop(test).startswith("skip: Previous test failed")
+    assert {t: {"error": "fail"}.get(v, v) for t, v in found.items()} == {
+        t: v for t, v in EXPECTED.items() if t not in after_failure}
 
 
 def test_failing_rank_inside_with_comms_is_named_first_with_its_traceback():

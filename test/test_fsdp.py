@@ -16,6 +16,9 @@ import torch
 from harness import run_python
 
 EXPECTED = {
+    "CompiledOrNot.test_eager_run_always_happens": "pass",
+    "FullyShardOnReusedRanks.test_fully_shard_matches_replicated_training_on_reused_ranks":
+        "pass",
     "FullyShardOnRanks.test_fully_shard_matches_replicated_training": "pass",
     "FullyShardOnRanks.test_needs_two_gpus": "skip: Need at least 2 CUDA devices",
     "FullyShardOnRanks.test_rank_1_fails": "fail",
@@ -49,7 +52,8 @@ def upstream_fsdp_imports() -> bool:
 def test_upstream_skips_what_distspawn_runs():
     found, _ = verdicts({"UPSTREAM_HARNESS": "1"})
     assert found["FullyShardOnThreads.test_world_on_threads"] == "pass"
-    ranks = {t: v for t, v in found.items() if t.startswith("FullyShardOnRanks.")}
+    ranks = {t: v for t, v in found.items() if t.startswith(
+        ("FullyShardOnRanks.", "FullyShardOnReusedRanks.", "CompiledOrNot."))}
     assert set(ranks.values()) == {"skip: Need at least 1 CUDA device"}
 
 
@@ -65,7 +69,7 @@ def test_a_failing_rank_is_named_first():
 def test_public_names():
     import distspawn.fsdp as ours
 
-    for name in ("FSDPTest", "FSDPTestMultiThread", "FSDPInitMode", "DEVICEInitMode", "MLP",
+    for name in ("FSDPTest", "FSDPTestContinuous", "compiled_fsdp_test", "FSDPTestMultiThread", "FSDPInitMode", "DEVICEInitMode", "MLP",
                  "MLPStack", "DoubleLinear", "patch_all_gather", "patch_reduce_scatter",
                  "reduce_scatter_with_assert", "check_sharded_parity", "get_devtype"):
         assert hasattr(ours, name), name

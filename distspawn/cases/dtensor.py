@@ -26,12 +26,14 @@ from ..fixtures.device_probe import accelerator_device_count, accelerator_type
 from ..fixtures.dtensor_converter import DTensorConverter
 from ..fixtures.helpers import run_subtests
 from ..fixtures.skips import skip_if_lt_x_gpu
+from .continuous import MultiProcContinuousTest
 from .multiprocess import MultiProcessTestCase
 from .threaded import MultiThreadedTestCase
 
 __all__ = [
-    "DEVICE_COUNT", "DEVICE_TYPE", "NUM_DEVICES", "PG_BACKEND", "DTensorTestMixin",
-    "DTensorTestBase", "DTensorOpTestBase", "with_comms", "skip_unless_torch_gpu",
+    "DEVICE_COUNT", "DEVICE_TYPE", "NUM_DEVICES", "PG_BACKEND", "DTensorContinuousTestBase",
+    "DTensorTestMixin", "DTensorTestBase", "DTensorOpTestBase", "with_comms",
+    "skip_unless_torch_gpu",
 ]
 
 T = TypeVar("T")
@@ -149,6 +151,27 @@ class DTensorTestBase(DTensorTestMixin, MultiProcessTestCase):
     def setUp(self) -> None:
         super().setUp()
         self._spawn_processes()
+
+
+class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):
+    """The class's tests on one set of reused rank processes, sharing one group.
+
+    Set ``world_size`` on the class. With an accelerator, each rank takes its
+    own device and a world larger than the device count skips; on CPU the
+    ranks use gloo.
+    """
+
+    @classmethod
+    def backend_str(cls) -> str:
+        return dist.get_default_backend_for_device(DEVICE_TYPE)
+
+    @classmethod
+    def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:
+        if DEVICE_TYPE != "cpu":
+            if world_size > accelerator_device_count():
+                sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
+            torch.accelerator.set_device_index(rank)  # before the group binds a device
+        super()._init_pg(rank, world_size, rdvz_file)
 
 
 TestFunc = Callable[..., object]

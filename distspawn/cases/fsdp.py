@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
+from functools import wraps
 from typing import Any, Callable, Iterator
 
 import torch
@@ -22,13 +24,14 @@ from ..fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
 from ..fixtures.device_probe import accelerator_device_count, accelerator_type, backend_for_device
 from ..fixtures.environment import FILE_SCHEMA, restore_environ
 from ..fixtures.helpers import reset_dynamo, run_subtests
+from .continuous import MultiProcContinuousTest
 from .multiprocess import MultiProcessTestCase
 from .testcase import set_rng_seed
 from .threaded import MultiThreadedTestCase
 
 __all__ = [
-    "DEVICE_COUNT", "DEVICE_TYPE", "DISTRIBUTED_BACKEND", "FSDPTest", "FSDPTestMixin",
-    "FSDPTestMultiThread", "get_devtype", "patch_all_gather", "patch_all_reduce",
+    "DEVICE_COUNT", "DEVICE_TYPE", "DISTRIBUTED_BACKEND", "FSDPTest", "FSDPTestContinuous",
+    "FSDPTestMixin", "FSDPTestMultiThread", "compiled_fsdp_test", "get_devtype", "patch_all_gather", "patch_all_reduce",
     "patch_foreach_all_gather", "patch_foreach_reduce", "patch_post_backward",
     "patch_reduce_scatter", "patch_register_post_backward_hook_backward", "patch_reshard",
     "patch_unshard",
@@ -112,6 +115,108 @@ class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
         reset_dynamo()
         dist.barrier(device_ids=device_ids)
         dist.destroy_process_group()
+
+
+class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
+    """The class's tests on one set of reused rank processes (``DEVICE_COUNT``
+    of them, sharing one group): much faster than :class:`FSDPTest` for tests
+    that leave no state behind. On CPU, gloo."""
+
+    world_size: int = DEVICE_COUNT
+
+    @classmethod
+    def backend_str(cls) -> str:
+        return DISTRIBUTED_BACKEND
+
+    @classmethod
+    def device_type(cls) -> str:
+        return DEVICE_TYPE
+
+    @classmethod
+    def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:
+        os.environ["TORCH_NCCL_DESYNC_DEBUG"] = "0"  # see FSDPTest.setUp
+        if DEVICE_TYPE != "cpu":
+            if accelerator_device_count() < world_size:
+                sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
+            torch.accelerator.set_device_index(rank % accelerator_device_count())
+        super()._init_pg(rank, world_size, rdvz_file)
+
+    def setUp(self) -> None:
+        super().setUp()
+        if self.rank != self.MAIN_PROCESS_RANK:  # run_rank(): ranks start each test together
+            dist.barrier()
+        reset_dynamo()
+
+
+def compiled_fsdp_test(compile_compute_on_module: type | None = None) -> Callable:
+    """Run the test twice: with ``fully_shard`` as it is, then with the compute of
+    every module it shards compiled (only modules of ``compile_compute_on_module``
+    when given). The test must use ``fully_shard`` as a global of its module
+    (``from torch.distributed.fsdp import fully_shard``): that name is what
+    changes. Without Triton the compiled run is left out, with a warning.
+    """
+    def decorator(func: Callable) -> Callable:
+        @wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> None:
+            from torch.distributed.fsdp import fully_shard as eager_fully_shard
+
+            def fully_shard_and_compile(module: Any, *more: Any, **options: Any) -> Any:
+                sharded = eager_fully_shard(module, *more, **options)
+                if compile_compute_on_module is None or isinstance(
+                        module, compile_compute_on_module):
+                    module.compile()
+                return sharded
+
+            name = eager_fully_shard.__name__
+            for compiled in (False, True):
+                if compiled and not _inductor_has_triton():
+                    warnings.warn("Inductor on GPU needs Triton and recent GPU arch",
+                                  stacklevel=2)
+                    continue
+                with _fully_shard_in(func, name,
+                                     fully_shard_and_compile if compiled else eager_fully_shard,
+                                     single_compile_thread=compiled):
+                    func(*args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+@contextlib.contextmanager
+def _fully_shard_in(func: Callable, name: str, replacement: Callable,
+                    single_compile_thread: bool) -> Iterator[None]:
+    # Barriers: rank threads share the module's globals; each must see the
+    # same fully_shard for the whole run of the test body.
+    had = name in func.__globals__
+    original = func.__globals__.get(name)
+    config = None
+    if single_compile_thread:
+        import torch._inductor.config as config  # private: listed in distspawn.private_apis
+
+        saved_threads = config.compile_threads
+    dist.barrier()
+    func.__globals__[name] = replacement
+    if config is not None:
+        config.compile_threads = 1
+    try:
+        yield
+    finally:
+        dist.barrier()
+        if had:
+            func.__globals__[name] = original
+        else:
+            func.__globals__.pop(name, None)
+        if config is not None:
+            config.compile_threads = saved_threads
+
+
+def _inductor_has_triton() -> bool:
+    try:
+        from torch.utils._triton import has_triton  # private: listed in distspawn.private_apis
+    except ImportError:
+        return False
+    return bool(has_triton())
 
 
 class FSDPTestMultiThread(MultiThreadedTestCase):

@@ -23,6 +23,7 @@ if os.environ.get("UPSTREAM_HARNESS") == "1":
     from torch.testing._internal.distributed.checkpoint_utils import with_temp_dir
     from torch.testing._internal.distributed._tensor.common_dtensor import (
         NUM_DEVICES,
+        DTensorContinuousTestBase,
         DTensorOpTestBase,
         DTensorTestBase,
         MLPModule,
@@ -36,6 +37,7 @@ else:
     from distspawn.checkpoint_utils import with_temp_dir
     from distspawn.dtensor import (
         NUM_DEVICES,
+        DTensorContinuousTestBase,
         DTensorOpTestBase,
         DTensorTestBase,
         MLPModule,
@@ -159,6 +161,25 @@ class DTensorOnThreads(DTensorOpTestBase):
     @with_comms
     def test_with_comms_passes_through(self):
         self.assertEqual(dist.get_world_size(), self.world_size)
+
+
+class DTensorOnReusedRanks(DTensorContinuousTestBase):
+    world_size = 4
+
+    def test_shard_on_reused_ranks(self):
+        mesh = self.build_device_mesh()
+        full = torch.arange(16.0).reshape(4, 4)
+        sharded = distribute_tensor(full, mesh, [Shard(1)])
+        self.assertEqual(sharded.to_local(), full[:, self.rank:self.rank + 1])
+        self.assertEqual(sharded.full_tensor(), full)
+
+    def test_rank_3_fails_on_reused_ranks(self):
+        self.assertNotEqual(self.rank, 3, "rank 3 disagrees")
+
+    def test_the_group_is_still_there(self):  # after a failed test
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        self.assertEqual(t.item(), 4.0)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ if os.environ.get("UPSTREAM_HARNESS") == "1":
     from torch.testing._internal.common_fsdp import (
         MLP,
         FSDPTest,
+        FSDPTestContinuous,
         FSDPTestMultiThread,
         check_sharded_parity,
+        compiled_fsdp_test,
         patch_reduce_scatter,
         reduce_scatter_with_assert,
     )
@@ -29,8 +31,10 @@ else:
     from distspawn.fsdp import (
         MLP,
         FSDPTest,
+        FSDPTestContinuous,
         FSDPTestMultiThread,
         check_sharded_parity,
+        compiled_fsdp_test,
         patch_reduce_scatter,
         reduce_scatter_with_assert,
     )
@@ -88,6 +92,28 @@ class FullyShardOnRanks(FSDPTest):
     @skip_if_lt_x_gpu(2)
     def test_needs_two_gpus(self):
         pass
+
+
+class FullyShardOnReusedRanks(FSDPTestContinuous):
+    def test_fully_shard_matches_replicated_training_on_reused_ranks(self):
+        torch.manual_seed(0)
+        reference = MLP(8)
+        model = copy.deepcopy(reference)
+        fully_shard(model)
+        train_both(self, reference, model)
+        check_sharded_parity(self, reference, model)
+
+
+class CompiledOrNot(FSDPTest):
+    runs = 0
+
+    @compiled_fsdp_test(compile_compute_on_module=MLP)
+    def test_eager_run_always_happens(self):
+        type(self).runs += 1
+        model = fully_shard(MLP(8))
+        model(torch.randn(2, 8)).sum().backward()
+        if not torch.cuda.is_available():  # no Triton for the CPU: eager only
+            self.assertEqual(type(self).runs, 1)
 
 
 class FullyShardOnThreads(FSDPTestMultiThread):
