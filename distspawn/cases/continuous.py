@@ -226,13 +226,24 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         else:
             value = cls.world_size
         if value == -2:
-            device_type = cls.device_type() if callable(cls.device_type) else cls.device_type
+            device_type = cls._class_device_type()
             if device_type == "cpu":
                 return DEFAULT_WORLD_SIZE
             value = torch.get_device_module(device_type).device_count()
             if value == 0:
                 raise unittest.SkipTest(f"no {device_type} devices for {cls.__name__}'s ranks")
         return validate_world_size(value, f"{cls.__name__}.world_size")
+
+    @classmethod
+    def _class_device_type(cls) -> str:
+        # Upstream's classmethod, a mixin's property (DTensorTestMixin's reads
+        # class-level values only, so the class can stand in for an instance)
+        # or a plain string (instantiate_device_type_tests sets one).
+        declared = inspect.getattr_static(cls, "device_type", None)
+        if isinstance(declared, property):
+            return declared.fget(cls)
+        value = cls.device_type
+        return value() if callable(value) else value
 
     @classmethod
     def _pool(cls) -> _Pool | None:
@@ -368,8 +379,7 @@ class C10dTorchCommsTestBase(MultiProcContinuousTest):
 
     @classmethod
     def backend_str(cls) -> str:
-        device_type = cls.device_type() if callable(cls.device_type) else cls.device_type
-        return cls.backend(device_type)
+        return cls.backend(cls._class_device_type())
 
     def _skip_if_backend_unavailable(self, device: str) -> None:
         from ..fixtures import accelerators

@@ -182,5 +182,14 @@ class DTensorOnReusedRanks(DTensorContinuousTestBase):
         self.assertEqual(t.item(), 4.0)
 
 
+class DTensorReusedDefaultSize(DTensorContinuousTestBase):
+    # No world_size: one rank per device (its device_type is the mixin's property).
+    def test_mesh_spans_every_rank(self):
+        mesh = self.build_device_mesh()
+        self.assertEqual(mesh.size(), self.world_size)
+        self.assertEqual(distribute_tensor(torch.ones(4), mesh, [Replicate()]).to_local(),
+                         torch.ones(4))
+
+
 if __name__ == "__main__":
     sys.exit(run_tests())
