@@ -23,8 +23,11 @@ from .cases.dtensor import (
     with_comms,
 )
 from .fixtures.dtensor_converter import DTensorConverter
+from .fixtures.dtensor_plans import ExpertParallel, ExpertParallelWithTP, TensorParallelForExpert
 from .fixtures.dtensor_models import (
     Attention,
+    ExpertLayer,
+    Experts,
     FeedForward,
     MLPModule,
     MLPStacked,
@@ -36,7 +39,8 @@ from .fixtures.dtensor_models import (
 
 __all__ = [
     "DEVICE_COUNT", "DEVICE_TYPE", "NUM_DEVICES", "PG_BACKEND", "Attention",
-    "DTensorContinuousTestBase", "DTensorConverter", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
+    "DTensorContinuousTestBase", "DTensorConverter", "ExpertLayer", "ExpertParallel",
+    "ExpertParallelWithTP", "Experts", "TensorParallelForExpert", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
     "FeedForward", "MLPModule", "MLPStacked", "ModelArgs", "RMSNormPython", "TestFunc",
     "Transformer", "TransformerBlock", "skip_unless_torch_gpu", "with_comms",
 ]
