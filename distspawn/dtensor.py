@@ -22,6 +22,15 @@ from .cases.dtensor import (
     skip_unless_torch_gpu,
     with_comms,
 )
+from .cases.local_dtensor import (
+    LocalDTensorOpTestBase,
+    LocalDTensorTestBase,
+    create_local_tensor_test_class,
+    make_wrapped,
+    map_local_for_rank,
+    map_local_tensor_for_rank,
+    reduce_local_int,
+)
 from .fixtures.dtensor_converter import DTensorConverter
 from .fixtures.dtensor_plans import ExpertParallel, ExpertParallelWithTP, TensorParallelForExpert
 from .fixtures.dtensor_models import (
@@ -40,7 +49,9 @@ from .fixtures.dtensor_models import (
 __all__ = [
     "DEVICE_COUNT", "DEVICE_TYPE", "NUM_DEVICES", "PG_BACKEND", "Attention",
     "DTensorContinuousTestBase", "DTensorConverter", "ExpertLayer", "ExpertParallel",
-    "ExpertParallelWithTP", "Experts", "TensorParallelForExpert", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
+    "ExpertParallelWithTP", "Experts", "LocalDTensorOpTestBase", "LocalDTensorTestBase",
+    "TensorParallelForExpert", "create_local_tensor_test_class", "make_wrapped",
+    "map_local_for_rank", "map_local_tensor_for_rank", "reduce_local_int", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
     "FeedForward", "MLPModule", "MLPStacked", "ModelArgs", "RMSNormPython", "TestFunc",
     "Transformer", "TransformerBlock", "skip_unless_torch_gpu", "with_comms",
 ]

@@ -104,6 +104,22 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "fixtures.dtensor_plans", "ExpertParallelWithTP raises NotImplementedError "
                "naming it (tensor or expert parallelism alone still work)",
                may_be_missing=True),
+    PrivateAPI("torch.distributed._local_tensor.LocalTensorMode", "cases.local_dtensor",
+               "the local-tensor DTensor bases skip their tests, saying this torch lacks it",
+               may_be_missing=True),
+    PrivateAPI("torch.distributed._local_tensor.LocalIntNode", "cases.local_dtensor",
+               "as for LocalTensorMode", may_be_missing=True),
+    PrivateAPI("torch.distributed._local_tensor.maybe_disable_local_tensor_mode",
+               "cases.local_dtensor", "as for LocalTensorMode", may_be_missing=True),
+    PrivateAPI("torch.distributed._local_tensor.maybe_run_for_local_tensor",
+               "cases.local_dtensor", "map_local_*_for_rank call the function once, on "
+               "what they are given", may_be_missing=True),
+    PrivateAPI("torch.autograd._enable_record_function", "cases.local_dtensor",
+               "profiler ranges stay on in local-tensor tests (harmless)",
+               may_be_missing=True),
+    PrivateAPI("torch.distributed.tensor._random._rng_tracker", "cases.local_dtensor",
+               "the DTensor RNG tracker is not reset between local-tensor tests",
+               may_be_missing=True),
     PrivateAPI("torch._inductor.config.compile_threads", "cases.fsdp",
                "compiled_fsdp_test's compiled run fails with AttributeError naming it "
                "(its eager run is unaffected)"),

@@ -27,10 +27,14 @@ if os.environ.get("UPSTREAM_HARNESS") == "1":
         DTensorContinuousTestBase,
         DTensorOpTestBase,
         DTensorTestBase,
+        LocalDTensorOpTestBase,
+        LocalDTensorTestBase,
         MLPModule,
         ModelArgs,
         Transformer,
         skip_unless_torch_gpu,
+        create_local_tensor_test_class,
+        map_local_for_rank,
         with_comms,
     )
 else:
@@ -41,10 +45,14 @@ else:
         DTensorContinuousTestBase,
         DTensorOpTestBase,
         DTensorTestBase,
+        LocalDTensorOpTestBase,
+        LocalDTensorTestBase,
         MLPModule,
         ModelArgs,
         Transformer,
         skip_unless_torch_gpu,
+        create_local_tensor_test_class,
+        map_local_for_rank,
         with_comms,
     )
 
@@ -193,6 +201,40 @@ class ExpertLayers(DTensorTestBase):
             out.sum().backward()
             expert_w1 = model.layers[0].expert_layer.experts.w1
             self.assertIsNotNone(expert_w1.grad, msg=name)
+
+
+class EveryRankInOneProcess(LocalDTensorTestBase):
+    @with_comms
+    def test_local_tensor_mode_holds_every_rank(self):
+        mesh = self.build_device_mesh()
+        full = torch.arange(16.0).reshape(4, 4)
+        with self._get_local_tensor_mode():
+            sharded = distribute_tensor(full, mesh, [Shard(0)])
+            expected = map_local_for_rank(self.rank, lambda rank: full[rank:rank + 1])
+            self.assertEqual(sharded.to_local(), expected)
+            self.assertEqual(sharded.redistribute(mesh, [Replicate()]).to_local(), full)
+
+
+class EveryRankInOneProcessOpBase(LocalDTensorOpTestBase):
+    @with_comms
+    def test_op_base_in_one_process(self):
+        mesh = self.build_device_mesh()
+        with self._get_local_tensor_mode():
+            sharded = distribute_tensor(torch.ones(4, 4), mesh, [Shard(1)])
+            self.assertEqual(sharded.full_tensor(), torch.ones(4, 4))
+
+
+class RedistributeTwoWays(DTensorTestBase):
+    @with_comms
+    def test_shard_to_replicate(self):
+        mesh = self.build_device_mesh()
+        full = torch.arange(8.0)
+        sharded = distribute_tensor(full, mesh, [Shard(0)])
+        self.assertEqual(sharded.redistribute(mesh, [Replicate()]).to_local(), full)
+
+
+# The same test again, every rank in this process (upstream's helper).
+RedistributeTwoWaysWithLocalTensor = create_local_tensor_test_class(RedistributeTwoWays)
 
 
 class DTensorOnReusedRanks(DTensorContinuousTestBase):
