@@ -23,6 +23,7 @@ from .cases.dtensor import (
     with_comms,
 )
 from .cases.local_dtensor import (
+    LocalDTensorContinuousTestBase,
     LocalDTensorOpTestBase,
     LocalDTensorTestBase,
     create_local_tensor_test_class,
@@ -49,7 +50,7 @@ from .fixtures.dtensor_models import (
 __all__ = [
     "DEVICE_COUNT", "DEVICE_TYPE", "NUM_DEVICES", "PG_BACKEND", "Attention",
     "DTensorContinuousTestBase", "DTensorConverter", "ExpertLayer", "ExpertParallel",
-    "ExpertParallelWithTP", "Experts", "LocalDTensorOpTestBase", "LocalDTensorTestBase",
+    "ExpertParallelWithTP", "Experts", "LocalDTensorContinuousTestBase", "LocalDTensorOpTestBase", "LocalDTensorTestBase",
     "TensorParallelForExpert", "create_local_tensor_test_class", "make_wrapped",
     "map_local_for_rank", "map_local_tensor_for_rank", "reduce_local_int", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
     "FeedForward", "MLPModule", "MLPStacked", "ModelArgs", "RMSNormPython", "TestFunc",

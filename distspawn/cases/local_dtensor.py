@@ -24,9 +24,10 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from ..backends.fake_backend import FakeStore, register_fake_backend
-from .dtensor import DTensorOpTestBase, DTensorTestBase
+from .dtensor import NUM_DEVICES, DTensorContinuousTestBase, DTensorOpTestBase, DTensorTestBase
 
-__all__ = ["LocalDTensorOpTestBase", "LocalDTensorTestBase", "create_local_tensor_test_class",
+__all__ = ["LocalDTensorContinuousTestBase", "LocalDTensorOpTestBase", "LocalDTensorTestBase",
+           "create_local_tensor_test_class",
            "make_wrapped", "map_local_for_rank", "map_local_tensor_for_rank",
            "reduce_local_int"]
 
@@ -81,16 +82,6 @@ class _AllRanksInThisProcess:
         with module.maybe_disable_local_tensor_mode():
             return super().build_device_mesh()  # type: ignore[misc]
 
-    def init_pg(self, eager_init: bool, backend: str | None = None) -> None:
-        """A ``fake`` group of ``world_size`` ranks, this process being rank 0."""
-        register_fake_backend()
-        dist.init_process_group("fake", rank=0, world_size=self.world_size, store=FakeStore())
-        self._pg = dist.group.WORLD
-
-    def destroy_pg(self, device_id: int | None = None) -> None:
-        dist.destroy_process_group(self._pg)
-        self._pg = None
-
     def _spawn_processes(self) -> None:
         pass
 
@@ -114,6 +105,23 @@ class _AllRanksInThisProcess:
         self.addCleanup(_forget_dtensor_rng_tracker)
 
 
+def _start_fake_group(world_size: int) -> None:
+    register_fake_backend()
+    dist.init_process_group("fake", rank=0, world_size=world_size, store=FakeStore())
+
+
+class _FakeGroupPerTest:
+    """``@with_comms`` brings a ``fake`` group, this process being rank 0."""
+
+    def init_pg(self, eager_init: bool, backend: str | None = None) -> None:
+        _start_fake_group(self.world_size)
+        self._pg = dist.group.WORLD
+
+    def destroy_pg(self, device_id: int | None = None) -> None:
+        dist.destroy_process_group(self._pg)
+        self._pg = None
+
+
 def _forget_dtensor_rng_tracker() -> None:
     # The tracker remembers the mesh it was seeded for; the next test's differs.
     with contextlib.suppress(ImportError, AttributeError):
@@ -122,14 +130,36 @@ def _forget_dtensor_rng_tracker() -> None:
         _random._rng_tracker = None
 
 
-class LocalDTensorTestBase(_AllRanksInThisProcess, DTensorTestBase):
+class LocalDTensorTestBase(_AllRanksInThisProcess, _FakeGroupPerTest, DTensorTestBase):
     """:class:`~distspawn.dtensor.DTensorTestBase`'s tests with every rank in the
     test process (LocalTensorMode); ``@with_comms`` brings a ``fake`` group."""
 
 
-class LocalDTensorOpTestBase(_AllRanksInThisProcess, DTensorOpTestBase):
+class LocalDTensorOpTestBase(_AllRanksInThisProcess, _FakeGroupPerTest, DTensorOpTestBase):
     """:class:`~distspawn.dtensor.DTensorOpTestBase`'s tests with every rank in the
     test process (LocalTensorMode) instead of one thread per rank."""
+
+
+class LocalDTensorContinuousTestBase(_AllRanksInThisProcess, DTensorContinuousTestBase):
+    """:class:`~distspawn.dtensor.DTensorContinuousTestBase`'s tests with every
+    rank in the test process (LocalTensorMode): one ``fake`` group serves the
+    whole class (``world_size`` unset: ``NUM_DEVICES``)."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        cls = type(self)
+        if cls.world_size == -2:
+            cls.world_size = NUM_DEVICES
+        if not dist.is_initialized():
+            _start_fake_group(cls.world_size)
+            cls._local_fake_group = True
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        if cls.__dict__.get("_local_fake_group") and dist.is_initialized():
+            dist.destroy_process_group()
+            cls._local_fake_group = False
+        super().tearDownClass()
 
 
 def make_wrapped(fn: Callable, ctxs: list) -> Callable:

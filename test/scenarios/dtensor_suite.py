@@ -27,6 +27,7 @@ if os.environ.get("UPSTREAM_HARNESS") == "1":
         DTensorContinuousTestBase,
         DTensorOpTestBase,
         DTensorTestBase,
+        LocalDTensorContinuousTestBase,
         LocalDTensorOpTestBase,
         LocalDTensorTestBase,
         MLPModule,
@@ -45,6 +46,7 @@ else:
         DTensorContinuousTestBase,
         DTensorOpTestBase,
         DTensorTestBase,
+        LocalDTensorContinuousTestBase,
         LocalDTensorOpTestBase,
         LocalDTensorTestBase,
         MLPModule,
@@ -222,6 +224,21 @@ class EveryRankInOneProcessOpBase(LocalDTensorOpTestBase):
         with self._get_local_tensor_mode():
             sharded = distribute_tensor(torch.ones(4, 4), mesh, [Shard(1)])
             self.assertEqual(sharded.full_tensor(), torch.ones(4, 4))
+
+
+class EveryRankInOneProcessReused(LocalDTensorContinuousTestBase):
+    world_size = 4
+
+    def test_one_group_for_the_class(self):
+        mesh = self.build_device_mesh()
+        with self._get_local_tensor_mode():
+            sharded = distribute_tensor(torch.ones(8, 2), mesh, [Shard(0)])
+            self.assertEqual(sharded.redistribute(mesh, [Replicate()]).to_local(),
+                             torch.ones(8, 2))
+
+    def test_the_group_is_still_there(self):
+        self.assertTrue(dist.is_initialized())
+        self.assertEqual(dist.get_world_size(), 4)
 
 
 class RedistributeTwoWays(DTensorTestBase):
