@@ -49,6 +49,7 @@ _BUILT_ON_THEM = (
     "torch.testing._internal.distributed._tensor.common_dtensor",
     "torch.testing._internal.distributed.distributed_test",
 )
+_UPSTREAM_TESTCASE_MODULE = "torch.testing._internal.common_utils"
 # Upstream names whose distspawn value must not replace upstream's: none today;
 # kept as the place to say why if one must stay.
 _KEPT_UPSTREAM: dict[str, str] = {}
@@ -118,13 +119,13 @@ def _derive_from_upstreams_testcase() -> None:
     # calls no super(), would hide distspawn's. Re-based here, distspawn's own
     # methods still come first and upstream's TestCase runs below them, as
     # under upstream's harness.
-    from torch.testing._internal.common_utils import TestCase as UpstreamTestCase
-
     from ..cases import testcase
 
+    upstream_testcase = importlib.import_module(_UPSTREAM_TESTCASE_MODULE).TestCase
+
     ours = testcase.TestCase
-    if not issubclass(ours, UpstreamTestCase):
-        ours.__bases__ = tuple(UpstreamTestCase if base is unittest.TestCase else base
+    if not issubclass(ours, upstream_testcase):
+        ours.__bases__ = tuple(upstream_testcase if base is unittest.TestCase else base
                                for base in ours.__bases__)
 
 
