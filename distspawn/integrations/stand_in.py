@@ -50,9 +50,6 @@ _BUILT_ON_THEM = (
     "torch.testing._internal.distributed.distributed_test",
 )
 _UPSTREAM_TESTCASE_MODULE = "torch.testing._internal.common_utils"
-# Upstream names whose distspawn value must not replace upstream's: none today;
-# kept as the place to say why if one must stay.
-_KEPT_UPSTREAM: dict[str, str] = {}
 
 _installed = False
 
@@ -72,6 +69,7 @@ def requested(environ: os._Environ | dict | None = None) -> bool:
 
 
 def bad_value_message(value: str) -> str:
+    """The one error a bad ``DISTSPAWN_STAND_IN`` value gets."""
     return (f"{STAND_IN_VAR}={value!r}: expected 1 (run upstream's harness modules on "
             "distspawn's engine) or 0 / unset (leave them alone)")
 
@@ -146,7 +144,7 @@ def install_if_requested(where: str) -> None:
 def _replace_names(upstream: ModuleType, ours: ModuleType) -> None:
     names = getattr(ours, "__all__", None) or [n for n in vars(ours) if not n.startswith("__")]
     for name in names:
-        if name in _KEPT_UPSTREAM or not hasattr(upstream, name):
+        if not hasattr(upstream, name):
             continue
         setattr(upstream, name, getattr(ours, name))
 
