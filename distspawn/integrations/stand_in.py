@@ -144,9 +144,8 @@ def install_if_requested(where: str) -> None:
 def _replace_names(upstream: ModuleType, ours: ModuleType) -> None:
     names = getattr(ours, "__all__", None) or [n for n in vars(ours) if not n.startswith("__")]
     for name in names:
-        if not hasattr(upstream, name):
-            continue
-        setattr(upstream, name, getattr(ours, name))
+        if hasattr(upstream, name):
+            setattr(upstream, name, getattr(ours, name))
 
 
 USAGE = """usage: python -m distspawn.stand_in TEST_FILE.py [ARGS ...]
@@ -166,11 +165,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     os.environ[STAND_IN_VAR] = "1"
-    reason = install()
-    if reason is not None:
-        warnings.warn(StandInWarning(
-            f"python -m distspawn.stand_in: running on upstream's harness unchanged: {reason}"),
-            stacklevel=1)
+    install_if_requested("python -m distspawn.stand_in")
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
