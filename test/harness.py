@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
@@ -113,3 +114,11 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
                            if not is_torch_cache(p.relative_to(tmp)))
     return Run(proc.returncode, output, leftovers, processes_with_marker(marker), elapsed)
+
+
+@functools.lru_cache(maxsize=None)
+def upstream_module_imports(module: str) -> bool:
+    """Whether ``module`` (one of upstream's harness modules) imports here, asked in
+    a fresh interpreter so the test process does not import it."""
+    probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+    return probe.returncode == 0

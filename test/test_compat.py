@@ -1,18 +1,14 @@
 """distspawn.compat has upstream's names, and upstream-style files keep their verdicts."""
 
 import ast
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import distspawn.compat
-from harness import run_python
+from harness import run_python, upstream_module_imports
 
 UPSTREAM = Path(torch.__file__).parent / "testing" / "_internal" / "common_distributed.py"
 
@@ -82,8 +78,7 @@ def test_upstream_style_file_gets_the_expected_verdicts():
 
 
 def _upstream_harness_imports():
-    probe = "import torch.testing._internal.common_distributed"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.common_distributed")
 
 
 def kind(verdict):

@@ -6,12 +6,10 @@ imports, once on upstream's harness: same verdicts.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from harness import run_python
+from harness import run_python, upstream_module_imports
 
 EXPECTED = {
     "DTensorBasics.test_2d_mesh": "pass",
@@ -55,8 +53,7 @@ def test_dtensor_file_gets_the_expected_verdicts():
 
 
 def upstream_dtensor_imports() -> bool:
-    probe = "import torch.testing._internal.distributed._tensor.common_dtensor"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.distributed._tensor.common_dtensor")
 
 
 @pytest.mark.skipif(not upstream_dtensor_imports(), reason="upstream's common_dtensor "

@@ -1,12 +1,10 @@
 """distspawn.fake_pg: FakeStore and the fake backend, as upstream's fake_pg module."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from harness import run_python
+from harness import run_python, upstream_module_imports
 
 
 def seen(*args):
@@ -25,8 +23,7 @@ def test_one_process_plays_rank_3_of_8_with_a_2d_mesh_and_dtensor():
 
 
 def upstream_fake_pg_imports() -> bool:
-    probe = "import torch.testing._internal.distributed.fake_pg"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.distributed.fake_pg")
 
 
 @pytest.mark.skipif(not upstream_fake_pg_imports(), reason="upstream's fake_pg does not import")

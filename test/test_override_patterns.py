@@ -8,12 +8,10 @@ upstream's harness: the verdicts must agree.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from harness import run_python
+from harness import run_python, upstream_module_imports
 
 LICENCE_SKIP = "skip: needs the project's licence server"
 EXPECTED = {
@@ -39,8 +37,7 @@ EXPECTED = {
 
 
 def upstream_harness_imports() -> bool:
-    probe = "import torch.testing._internal.common_distributed"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.common_distributed")
 
 
 needs_upstream = pytest.mark.skipif(

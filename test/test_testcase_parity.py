@@ -6,15 +6,13 @@ distspawn's TestCase and (where torch.testing._internal imports) on upstream's.
 """
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 import distspawn
-from harness import run_python
+from harness import run_python, upstream_module_imports
 
 # Upstream TestCase methods distspawn leaves out, and why. Each must really be
 # missing (the list stays honest), and every other upstream method must exist.
@@ -114,8 +112,7 @@ EXPECTED = {
 
 
 def upstream_imports() -> bool:
-    probe = "import torch.testing._internal.common_utils"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.common_utils")
 
 
 needs_upstream = pytest.mark.skipif(

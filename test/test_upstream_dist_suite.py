@@ -10,12 +10,12 @@ data/upstream_dist_suite.json; every run checks a named subset against them.
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from harness import upstream_module_imports
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDED = Path(__file__).parent / "data" / "upstream_dist_suite.json"
@@ -55,8 +55,7 @@ def load_benchmark():
 
 
 def upstream_imports() -> bool:
-    probe = "import torch.testing._internal.common_distributed"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.common_distributed")
 
 
 def recorded():
