@@ -7,13 +7,11 @@ for GPUs skips.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from harness import run_python
+from harness import run_python, upstream_module_imports
 
 EXPECTED = {
     "CompiledOrNot.test_eager_run_always_happens": "pass",
@@ -43,8 +41,7 @@ def test_fsdp_tests_run_on_cpu_with_gloo():
 
 
 def upstream_fsdp_imports() -> bool:
-    probe = "import torch.testing._internal.common_fsdp"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+    return upstream_module_imports("torch.testing._internal.common_fsdp")
 
 
 @pytest.mark.skipif(not (NO_GPU and upstream_fsdp_imports()),
@@ -69,7 +66,28 @@ def test_a_failing_rank_is_named_first():
 def test_public_names():
     import distspawn.fsdp as ours
 
-    for name in ("FSDPTest", "FSDPTestContinuous", "compiled_fsdp_test", "FSDPTestMultiThread", "FSDPInitMode", "DEVICEInitMode", "MLP",
-                 "MLPStack", "DoubleLinear", "patch_all_gather", "patch_reduce_scatter",
-                 "reduce_scatter_with_assert", "check_sharded_parity", "get_devtype"):
+    for name in ("FSDPTest", "FSDPTestContinuous", "compiled_fsdp_test", "FSDPTestMultiThread",
+                 "FSDPInitMode", "DEVICEInitMode", "MLP", "MLPStack", "DoubleLinear",
+                 "patch_all_gather", "patch_reduce_scatter", "reduce_scatter_with_assert",
+                 "check_sharded_parity", "get_devtype", "FSDPTestModel",
+                 "TransformerWithSharedParams", "NestedWrappedModule", "MixtureOfExperts"):
         assert hasattr(ours, name), name
+
+
+@pytest.mark.skipif(not upstream_fsdp_imports(), reason="needs upstream's common_fsdp")
+def test_every_name_upstreams_module_defines_is_here():
+    import inspect
+
+    import torch.testing._internal.common_fsdp as upstream
+
+    import distspawn.fsdp as ours
+
+    defined = [name for name, value in vars(upstream).items()
+               if not name.startswith("__") and getattr(value, "__module__", None) == upstream.__name__]
+    assert len(defined) > 40
+    assert [name for name in defined if not hasattr(ours, name)] == []
+    for name in defined:
+        theirs = getattr(upstream, name)
+        if inspect.isfunction(theirs):
+            assert list(inspect.signature(getattr(ours, name)).parameters) == \
+                list(inspect.signature(theirs).parameters), name

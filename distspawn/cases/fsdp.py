@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import unittest
 import warnings
 from functools import wraps
 from typing import Any, Callable, Iterator
@@ -21,10 +22,18 @@ import torch.distributed as dist
 
 from ..engine.exit_codes import TEST_SKIPS
 from ..fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
-from ..fixtures.device_probe import accelerator_device_count, accelerator_type, backend_for_device
+from ..fixtures.device_probe import accelerator_device_count
 from ..fixtures.environment import FILE_SCHEMA, restore_environ
+from ..fixtures.fsdp_device import (
+    DEVICE_COUNT,
+    DEVICE_TYPE,
+    DISTRIBUTED_BACKEND,
+    accelerator_missing_in,
+    get_devtype,
+)
 from ..fixtures.helpers import reset_dynamo, run_subtests
 from .continuous import MultiProcContinuousTest
+from .fsdp_parity import FSDPParityMixin
 from .multiprocess import MultiProcessTestCase
 from .testcase import set_rng_seed
 from .threaded import MultiThreadedTestCase
@@ -37,25 +46,39 @@ __all__ = [
     "patch_unshard",
 ]
 
-DEVICE_TYPE: str = accelerator_type() or "cpu"
-DISTRIBUTED_BACKEND: str = backend_for_device(DEVICE_TYPE)
-# Ranks per test: one per device; without an accelerator, two CPU ranks (enough
-# to shard, cheap on small machines). Upstream uses 1 there, and then skips.
-DEVICE_COUNT: int = accelerator_device_count() if DEVICE_TYPE != "cpu" else 2
-if torch.version.hip is not None and DEVICE_TYPE != "cpu":
-    DEVICE_COUNT = min(4, max(2, DEVICE_COUNT))
 
-
-def get_devtype() -> torch.device:
-    """The device FSDP tests run on here."""
-    return torch.device(DEVICE_TYPE)
-
-
-class FSDPTestMixin:
-    """Helpers shared by the FSDP bases."""
+class FSDPTestMixin(FSDPParityMixin):
+    """Helpers shared by the FSDP bases (the FSDP1 parity checks among them)."""
 
     def run_subtests(self, *args: Any, **kwargs: Any) -> None:
         return run_subtests(self, *args, **kwargs)
+
+    def join_or_run(self, fn: Callable) -> Callable:
+        if DEVICE_TYPE == "cpu":
+            fn = _skip_if_it_needs_an_accelerator(fn, self)
+        return super().join_or_run(fn)
+
+
+def _skip_if_it_needs_an_accelerator(fn: Callable, test: Any) -> Callable:
+    """On the CPU fallback, a test that turns out to need an accelerator (FSDP1
+    without ``device_id``, CPU offload's pinned memory, a ``torch.cuda`` call)
+    skips, as it would on upstream's harness, saying what it reached for."""
+
+    @wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (RuntimeError, AssertionError, ValueError) as error:
+            need = accelerator_missing_in(error)
+            if need is None:
+                raise
+            devices = TEST_SKIPS.get(f"multi-gpu-{test.world_size}")
+            prefix = devices.message if devices is not None else "Needs an accelerator"
+            raise unittest.SkipTest(
+                f"{prefix} (the test needs an accelerator, and this machine has none: "
+                f"{need})") from None
+
+    return run
 
 
 class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
@@ -146,6 +169,19 @@ class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
         if self.rank != self.MAIN_PROCESS_RANK:  # run_rank(): ranks start each test together
             dist.barrier()
         reset_dynamo()
+        set_rng_seed()
+
+    def tearDown(self) -> None:
+        if self.rank != self.MAIN_PROCESS_RANK:  # ... and finish it together
+            dist.barrier()
+        super().tearDown()
+        reset_dynamo()
+
+    @property
+    def process_group(self) -> dist.ProcessGroup:
+        """The class's group, shared by its tests on these ranks."""
+        group = getattr(type(self), "pg", None)
+        return group if group is not None else dist.group.WORLD
 
 
 def compiled_fsdp_test(compile_compute_on_module: type | None = None) -> Callable:
