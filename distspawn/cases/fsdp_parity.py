@@ -63,17 +63,10 @@ class FSDPParityMixin:
             self.assertEqual(param.device, torch.device("cpu"))
 
     def _train_for_several_steps(
-        self,
-        model: nn.Module,
-        num_steps: int,
-        autocast: bool,
-        lr: float = 0.01,
-        fsdp_cpu_offload: CPUOffload | None = None,
-        save_model: bool = False,
-        mixed_precision: MixedPrecision | None = None,
-        enable_sharded_grad_scaler: bool = False,
-        use_pure_fp16: bool = False,
-        sharded_grad_scaler_kwargs: dict[str, Any] | None = None,
+        self, model: nn.Module, num_steps: int, autocast: bool, lr: float = 0.01,
+        fsdp_cpu_offload: CPUOffload | None = None, save_model: bool = False,
+        mixed_precision: MixedPrecision | None = None, enable_sharded_grad_scaler: bool = False,
+        use_pure_fp16: bool = False, sharded_grad_scaler_kwargs: dict[str, Any] | None = None,
     ) -> torch.Tensor:
         """``num_steps`` of SGD with momentum on ``model`` (a wrapper whose
         ``.module`` is an ``FSDPTestModel``); the last step's loss, detached.
@@ -145,24 +138,16 @@ class FSDPParityMixin:
         return DDP(model, device_ids=[rank], output_device=rank)
 
     def _test_fsdp_parity(
-        self,
-        model_class: type,
-        fsdp_init_mode: FSDPInitMode,
-        device_init_mode: DEVICEInitMode,
-        ref_init_fn: Callable | None = None,
-        num_iters: int = 2,
-        save_model: bool = True,
+        self, model_class: type, fsdp_init_mode: FSDPInitMode,
+        device_init_mode: DEVICEInitMode, ref_init_fn: Callable | None = None,
+        num_iters: int = 2, save_model: bool = True,
         cpu_offload: CPUOffload = CPUOffload(),  # noqa: B008 - upstream's default
         backward_prefetch: BackwardPrefetch | None = None,
         sharding_strategy: ShardingStrategy | None = None,
-        mixed_precision: MixedPrecision | None = None,
-        forward_prefetch: bool = False,
-        use_orig_params: bool = False,
-        enable_sharded_grad_scaler: bool = False,
-        use_pure_fp16: bool = False,
-        init_kwargs: dict[str, Any] | None = None,
-        sharded_grad_scaler_kwargs: dict[str, Any] | None = None,
-        **fsdp_kwargs: Any,
+        mixed_precision: MixedPrecision | None = None, forward_prefetch: bool = False,
+        use_orig_params: bool = False, enable_sharded_grad_scaler: bool = False,
+        use_pure_fp16: bool = False, init_kwargs: dict[str, Any] | None = None,
+        sharded_grad_scaler_kwargs: dict[str, Any] | None = None, **fsdp_kwargs: Any,
     ) -> None:
         """Train ``model_class`` under FSDP (built with ``fsdp_init_mode``, then
         wrapped at the top if its ``init`` did not) and under the reference
