@@ -122,3 +122,21 @@ def upstream_module_imports(module: str) -> bool:
     a fresh interpreter so the test process does not import it."""
     probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
     return probe.returncode == 0
+
+
+# Upstream's spawned ranks shut the interpreter down with gloo groups still
+# alive, and now and then a gloo thread aborts a rank there (SIGABRT out of
+# ProcessGroupGloo::runLoop, "terminate called without an active exception"):
+# upstream's harness then fails a test that passed. distspawn's ranks cannot
+# (see engine.worker). Comparisons with upstream's verdicts run upstream's side
+# once more when that is what happened, so that its bug does not fail ours.
+UPSTREAM_EXIT_ABORT = ("SIGABRT", "ProcessGroupGloo::runLoop")
+
+
+def run_python_on_upstream(args: list[str], env: dict[str, str] | None = None,
+                           **kwargs) -> Run:
+    """``run_python`` for a run on upstream's harness (see UPSTREAM_EXIT_ABORT)."""
+    run = run_python(args, env=env, **kwargs)
+    if all(marker in run.output for marker in UPSTREAM_EXIT_ABORT):
+        run = run_python(args, env=env, **kwargs)
+    return run

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import distspawn.compat
-from harness import run_python, upstream_module_imports
+from harness import run_python, upstream_module_imports, run_python_on_upstream
 
 UPSTREAM = Path(torch.__file__).parent / "testing" / "_internal" / "common_distributed.py"
 
@@ -65,7 +65,8 @@ def test_star_import_gives_the_names_including_live_tmp_dir():
 
 
 def verdicts(env=None):
-    run = run_python(["verdicts_json.py", "upstream_style"], env=env)
+    runner = run_python_on_upstream if (env or {}).get("UPSTREAM_HARNESS") else run_python
+    run = runner(["verdicts_json.py", "upstream_style"], env=env)
     line = [l for l in run.output.splitlines() if l.startswith("VERDICTS ")]
     assert line, run.output
     return json.loads(line[-1][len("VERDICTS "):]), run

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness import run_python
+from harness import run_python, run_python_on_upstream
 
 pytest.importorskip("torch.testing._internal.common_utils",
                     reason="upstream's harness does not import here (expecttest missing?)")
@@ -36,8 +36,10 @@ def verdicts(output: str) -> dict[str, str]:
 
 
 def pytest_run(*extra: str, env: dict | None = None):
-    return run_python(["-m", "pytest", "-v", "-p", "no:cacheprovider", FILE, *extra],
-                      env=env, timeout=300)
+    stand_in = "--distspawn-stand-in" in extra or "DISTSPAWN_STAND_IN" in (env or {})
+    runner = run_python if stand_in else run_python_on_upstream
+    return runner(["-m", "pytest", "-v", "-p", "no:cacheprovider", FILE, *extra],
+                  env=env, timeout=300)
 
 
 def test_same_verdicts_as_upstream_on_distspawns_engine():
