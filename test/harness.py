@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import select
 import signal
@@ -140,3 +141,13 @@ def run_python_on_upstream(args: list[str], env: dict[str, str] | None = None,
     if all(marker in run.output for marker in UPSTREAM_EXIT_ABORT):
         run = run_python(args, env=env, **kwargs)
     return run
+
+
+def scenario_verdicts(module: str, env: dict[str, str] | None = None) -> tuple[dict, Run]:
+    """Run scenario ``module`` through verdicts_json.py (on upstream's harness when
+    ``env`` sets UPSTREAM_HARNESS); its verdicts by test, and the run."""
+    runner = run_python_on_upstream if (env or {}).get("UPSTREAM_HARNESS") else run_python
+    run = runner(["verdicts_json.py", module], env=env)
+    lines = [line for line in run.output.splitlines() if line.startswith("VERDICTS ")]
+    assert lines, run.output
+    return json.loads(lines[-1][len("VERDICTS "):]), run

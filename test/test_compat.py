@@ -1,14 +1,13 @@
 """distspawn.compat has upstream's names, and upstream-style files keep their verdicts."""
 
 import ast
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 import distspawn.compat
-from harness import run_python, upstream_module_imports, run_python_on_upstream
+from harness import scenario_verdicts, upstream_module_imports
 
 UPSTREAM = Path(torch.__file__).parent / "testing" / "_internal" / "common_distributed.py"
 
@@ -65,11 +64,7 @@ def test_star_import_gives_the_names_including_live_tmp_dir():
 
 
 def verdicts(env=None):
-    runner = run_python_on_upstream if (env or {}).get("UPSTREAM_HARNESS") else run_python
-    run = runner(["verdicts_json.py", "upstream_style"], env=env)
-    line = [l for l in run.output.splitlines() if l.startswith("VERDICTS ")]
-    assert line, run.output
-    return json.loads(line[-1][len("VERDICTS "):]), run
+    return scenario_verdicts("upstream_style", env)
 
 
 def test_upstream_style_file_gets_the_expected_verdicts():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import run_python
+from harness import run_python, scenario_verdicts
 
 TEST_DIR = Path(__file__).parent
 FAST = {"DISTSPAWN_START_METHOD": "fork"}  # same verdicts, a fraction of the start-up
@@ -109,14 +109,10 @@ def test_entry_file_refuses_bad_env_nonzero(env, expected, temp_dir):
 
 
 def suite_verdicts(temp_dir, start_method):
-    import json
-
     env = {**suite_env(temp_dir), "DISTSPAWN_START_METHOD": start_method}
-    run = run_python(["verdicts_json.py", "backend_suite"], env=env)
-    lines = [line for line in run.output.splitlines() if line.startswith("VERDICTS ")]
-    assert lines, run.output
+    found, run = scenario_verdicts("backend_suite", env)
     assert run.leftover_pids == []
-    return json.loads(lines[-1][len("VERDICTS "):])
+    return found
 
 
 def test_every_start_method_gives_the_same_verdicts(temp_dir):

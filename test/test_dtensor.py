@@ -5,11 +5,10 @@ torch_npu, ...); it runs once on distspawn and, where upstream's common_dtensor
 imports, once on upstream's harness: same verdicts.
 """
 
-import json
 
 import pytest
 
-from harness import run_python, upstream_module_imports, run_python_on_upstream
+from harness import run_python, scenario_verdicts, upstream_module_imports
 
 EXPECTED = {
     "DTensorBasics.test_2d_mesh": "pass",
@@ -40,11 +39,7 @@ EXPECTED = {
 
 
 def verdicts(env=None):
-    runner = run_python_on_upstream if (env or {}).get("UPSTREAM_HARNESS") else run_python
-    run = runner(["verdicts_json.py", "dtensor_suite"], env=env)
-    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
-    assert line, run.output
-    return json.loads(line[-1][len("VERDICTS "):]), run
+    return scenario_verdicts("dtensor_suite", env)
 
 
 def test_dtensor_file_gets_the_expected_verdicts():

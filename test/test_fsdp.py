@@ -6,12 +6,11 @@ device"); distspawn runs them on CPU with gloo, and only the test that asks
 for GPUs skips.
 """
 
-import json
 
 import pytest
 import torch
 
-from harness import run_python, upstream_module_imports
+from harness import run_python, scenario_verdicts, upstream_module_imports
 
 EXPECTED = {
     "CompiledOrNot.test_eager_run_always_happens": "pass",
@@ -27,10 +26,7 @@ NO_GPU = not torch.cuda.is_available()
 
 
 def verdicts(env=None):
-    run = run_python(["verdicts_json.py", "fsdp_suite"], env=env)
-    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
-    assert line, run.output
-    return json.loads(line[-1][len("VERDICTS "):]), run
+    return scenario_verdicts("fsdp_suite", env)
 
 
 @pytest.mark.skipif(not NO_GPU, reason="checks the CPU fallback")

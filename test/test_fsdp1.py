@@ -10,12 +10,11 @@ as its device); a test that needs an accelerator skips and says what it
 reached for, where upstream's FSDPTest skips every test.
 """
 
-import json
 
 import pytest
 import torch
 
-from harness import run_python, upstream_module_imports
+from harness import run_python, scenario_verdicts, upstream_module_imports
 
 NO_GPU = not torch.cuda.is_available()
 ACCELERATOR_SKIP = "skip: Need at least 2 CUDA devices (the test needs an accelerator, and " \
@@ -51,10 +50,7 @@ UPSTREAM = upstream_fsdp_imports()
 
 
 def verdicts(env=None):
-    run = run_python(["verdicts_json.py", "fsdp1_suite"], env=env)
-    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
-    assert line, run.output
-    found = json.loads(line[-1][len("VERDICTS "):])
+    found, run = scenario_verdicts("fsdp1_suite", env)
     for test, verdict in found.items():  # where EXPECTED gives only the start
         if EXPECTED.get(test) == ACCELERATOR_SKIP and verdict.startswith(ACCELERATOR_SKIP):
             found[test] = ACCELERATOR_SKIP

@@ -7,11 +7,10 @@ It runs once on distspawn and, where torch.testing._internal imports, once on
 upstream's harness: the verdicts must agree.
 """
 
-import json
 
 import pytest
 
-from harness import run_python, upstream_module_imports
+from harness import run_python, scenario_verdicts, upstream_module_imports
 
 LICENCE_SKIP = "skip: needs the project's licence server"
 EXPECTED = {
@@ -75,10 +74,7 @@ def test_distspawn_gives_the_expected_verdicts(ours):
 
 @needs_upstream
 def test_upstream_gives_the_same_verdicts():
-    run = run_python(["verdicts_json.py", "override_patterns"], env={"UPSTREAM_HARNESS": "1"})
-    line = [text for text in run.output.splitlines() if text.startswith("VERDICTS ")]
-    assert line, run.output
-    upstream = json.loads(line[-1][len("VERDICTS "):])
+    upstream, _ = scenario_verdicts("override_patterns", {"UPSTREAM_HARNESS": "1"})
     assert {t: kind(v) for t, v in upstream.items()} == EXPECTED
 
 
