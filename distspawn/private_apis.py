@@ -52,6 +52,15 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "body instead of at once"),
     PrivateAPI("sys._current_frames", "cases.threaded",
                "a rank thread stuck at the deadline is reported without its stack"),
+    PrivateAPI("torch._dynamo.utils.unwrap_if_wrapper", "backends.thread_rng",
+               "(read through the wrappers' _torchdynamo_inline attribute) torch.compile "
+               "inside a rank thread inlines the random-function wrappers instead, and a "
+               "first compile during a threaded test leaves torch.compile unaware of "
+               "torch.rand and friends for the rest of the process"),
+    PrivateAPI("torch._dynamo.trace_rules.get_tensor_method", "backends.thread_rng",
+               "(looked up in sys.modules) a first compile during a threaded test leaves "
+               "torch.compile unaware of Tensor.uniform_ and friends for the rest of the "
+               "process"),
     PrivateAPI("torch._dynamo.reset", "fixtures.helpers",
                "reset_dynamo does nothing (it only acts once a test imported dynamo)"),
     PrivateAPI("torch._logging._internal.trace_log", "cases.distributed_base",

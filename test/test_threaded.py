@@ -239,14 +239,21 @@ def test_each_rank_thread_has_its_own_generator():
                  "test_module_init_and_dropout_agree",
                  "test_rng_state_round_trip_is_per_thread",
                  "test_ranks_draw_from_one_generator",  # per_thread_rng = False
-                 "test_decorated_ranks_agree"):
+                 "test_decorated_ranks_agree",
+                 "test_compiled_random_ops_trace_and_eager_ones_stay_per_rank",
+                 "test_compile_still_knows_the_random_functions"):
         assert run.verdict_line(name).endswith("... ok"), name
 
 
-def test_seed_functions_are_restored_after_the_test():
+def test_seed_and_random_functions_are_restored_after_the_test():
+    import torch.nn.functional as F
     import torch.random
 
-    originals = (torch.manual_seed, torch.get_rng_state, torch.random.set_rng_state)
+    def current():
+        return (torch.manual_seed, torch.get_rng_state, torch.random.set_rng_state,
+                torch.randn, torch.Tensor.uniform_, F.dropout)
+
+    originals = current()
 
     class Probe(MultiThreadedTestCase):
         @property
@@ -259,10 +266,13 @@ def test_seed_functions_are_restored_after_the_test():
 
         def test_seed(self):
             torch.manual_seed(5)
+            assert torch.randn is not originals[3]  # wrapped while the test runs
+            torch.empty(2).uniform_()
 
     import unittest
 
     result = unittest.TestResult()
     Probe("test_seed").run(result)
     assert result.wasSuccessful(), result.failures + result.errors
-    assert (torch.manual_seed, torch.get_rng_state, torch.random.set_rng_state) == originals
+    assert current() == originals
+    assert "uniform_" not in vars(torch.Tensor)  # inherited again, as before

@@ -2,54 +2,66 @@
 
 torch has one default CPU generator per process: rank threads drawing from it
 interleave, and the same seed gives each rank different numbers. Here every
-rank thread gets its own generator state. A torch function mode, pushed in the
-rank thread only, runs each random op with that state swapped into the
-default generator (under a lock, so no other thread sees it), and
-``torch.manual_seed`` / ``get_rng_state`` / ``set_rng_state`` / ``seed``
-called from a rank thread act on that thread's state.
+rank thread gets its own generator state. While a threaded test runs, torch's
+random functions are wrapped: called from a rank thread, each runs with that
+thread's state swapped into the default generator (under a lock, so no other
+thread sees it); called from any other thread, it runs as it is. Calls to
+``torch.manual_seed`` / ``get_rng_state`` / ``set_rng_state`` / ``seed`` from
+a rank thread act on that thread's state.
+
+Only the random functions are wrapped, not every torch call: an earlier
+version ran a torch function mode over the rank threads, and its per-call
+cost made a threaded DDP test about a fifth slower than upstream's.
 
 Isolated per rank thread: the default CPU generator (``torch.rand*``,
-``normal``, ``bernoulli``, ``Tensor.uniform_`` and friends, ``nn.init``,
-dropout). Still shared by all threads: CUDA generators, ``random`` and
-``numpy.random``, ``os.environ``, and global torch flags (default dtype,
-deterministic algorithms, ...). Random ops traced by ``torch.compile`` use the
-shared generator.
+``normal``, ``bernoulli``, ``Tensor.uniform_`` and friends, so ``nn.init`` and
+module construction, dropout). Still shared by all threads: CUDA generators,
+``random`` and ``numpy.random``, ``os.environ``, global torch flags (default
+dtype, deterministic algorithms, ...), and functions bound by name before the
+test started (``from torch import randn`` in a module imported earlier).
+Random ops traced by ``torch.compile`` use the shared generator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
-__all__ = ["ThreadRNG", "current_thread_rng", "install_seed_functions",
-           "uninstall_seed_functions"]
+__all__ = ["ThreadRNG", "current_thread_rng", "install_thread_rng",
+           "uninstall_thread_rng"]
 
 _SWAP_LOCK = threading.RLock()
 _current = threading.local()
 
+_TORCH_RANDOM = ("rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
+                 "randperm", "normal", "bernoulli", "multinomial", "poisson", "binomial",
+                 "dropout", "dropout_", "alpha_dropout", "alpha_dropout_",
+                 "feature_dropout", "feature_dropout_", "feature_alpha_dropout",
+                 "feature_alpha_dropout_", "rrelu", "rrelu_", "native_dropout")
+_TENSOR_RANDOM = ("uniform_", "normal_", "random_", "bernoulli_", "bernoulli",
+                  "exponential_", "geometric_", "log_normal_", "cauchy_", "multinomial")
 
-def _random_functions() -> frozenset:
-    names = ["rand", "rand_like", "randn", "randn_like", "randint", "randint_like",
-             "randperm", "normal", "bernoulli", "multinomial", "poisson", "binomial",
-             "dropout", "alpha_dropout", "feature_dropout", "feature_alpha_dropout",
-             "rrelu", "rrelu_", "native_dropout"]
-    found = {getattr(torch, n) for n in names if hasattr(torch, n)}
-    tensor_methods = ["uniform_", "normal_", "random_", "bernoulli_", "bernoulli",
-                      "exponential_", "geometric_", "log_normal_", "cauchy_", "multinomial"]
-    found |= {getattr(torch.Tensor, n) for n in tensor_methods if hasattr(torch.Tensor, n)}
-    functional = [n for n in dir(F) if "dropout" in n] + [
+
+def _functional_random() -> tuple[str, ...]:
+    dropouts = [n for n in dir(F) if "dropout" in n and not n.startswith("_")]
+    return tuple(dropouts) + (
         "rrelu", "rrelu_", "gumbel_softmax", "multi_head_attention_forward",
-        "scaled_dot_product_attention", "fractional_max_pool2d", "fractional_max_pool3d"]
-    found |= {getattr(F, n) for n in functional if hasattr(F, n)}
-    return frozenset(found)
+        "scaled_dot_product_attention", "fractional_max_pool2d", "fractional_max_pool3d")
 
 
-_RANDOM = _random_functions()
+def _is_compiling() -> bool:
+    return False
+
+
+# torch.compile recognises torch.compiler.is_compiling and folds it to True
+# while tracing, so a traced wrapper goes straight to the original function.
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", _is_compiling)
 
 
 @contextlib.contextmanager
@@ -65,36 +77,24 @@ def _swapped_in(generator: torch.Generator) -> Iterator[None]:
             default.set_state(saved)
 
 
-def _is_compiling() -> bool:
-    compiler = getattr(torch, "compiler", None)
-    return compiler is not None and compiler.is_compiling()
+class ThreadRNG:
+    """The calling rank thread's own CPU random state (use as a context manager).
 
-
-class ThreadRNG(TorchFunctionMode):
-    """The calling rank thread's own CPU random state (use as a context manager)."""
+    It takes effect while the wrappers are installed (``install_thread_rng``).
+    """
 
     def __init__(self, seed: int) -> None:
-        super().__init__()
         self.generator = torch.Generator()
         self.generator.manual_seed(seed)
         self.draws = 0  # random ops run on this state (a failure may depend on them)
+        self.swapped = False  # a wrapped call is running: nested ones use its state
 
     def __enter__(self) -> "ThreadRNG":
         _current.rng = self
-        return super().__enter__()
+        return self
 
     def __exit__(self, *exc_info: Any) -> None:
         _current.rng = None
-        super().__exit__(*exc_info)
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if (func in _RANDOM or getattr(func, "__module__", None) == "torch.nn.init") \
-                and not _is_compiling():
-            self.draws += 1
-            with _swapped_in(self.generator):
-                return func(*args, **kwargs)
-        return func(*args, **kwargs)
 
 
 def current_thread_rng() -> ThreadRNG | None:
@@ -105,10 +105,32 @@ def current_thread_rng() -> ThreadRNG | None:
 _this_threads_rng = current_thread_rng
 
 
+def _on_thread_state(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def drawing(*args: Any, **kwargs: Any) -> Any:
+        if _is_compiling():
+            return original(*args, **kwargs)
+        rng = getattr(_current, "rng", None)
+        if rng is None or rng.swapped:
+            return original(*args, **kwargs)
+        rng.draws += 1
+        rng.swapped = True
+        try:
+            with _swapped_in(rng.generator):
+                return original(*args, **kwargs)
+        finally:
+            rng.swapped = False
+
+    # torch.compile reads this attribute as "the function this wrapper stands
+    # for": it then traces the original, and the tables it builds on first use
+    # (perhaps while the wrappers are installed) name the original, not us.
+    drawing._torchdynamo_inline = original
+    return drawing
+
+
 # -- seeding from a rank thread -----------------------------------------------
 
 _SEED_FUNCTIONS = ("manual_seed", "seed", "get_rng_state", "set_rng_state")
-_originals: dict[tuple[Any, str], Callable] = {}
 
 
 def _seed_function(name: str, original: Callable) -> Callable:
@@ -137,18 +159,56 @@ def _seed_function(name: str, original: Callable) -> Callable:
     return in_rank_thread
 
 
-def install_seed_functions() -> None:
-    """Route ``torch.manual_seed`` and friends to the rank thread's state."""
+# -- installing and removing the wrappers ---------------------------------------
+
+# (owner, name) -> (original, whether owner defined it itself rather than inherited it)
+_originals: dict[tuple[Any, str], tuple[Callable, bool]] = {}
+_compile_cache_was_filled = True
+
+
+def _compile_tensor_methods() -> Any:
+    """torch.compile's cached set of Tensor methods, where dynamo is loaded.
+
+    Filled on the first compile, it would keep the wrappers' absence (they are
+    Python functions, not method descriptors) after they are gone, so a cache
+    first filled while they are installed is emptied when they are removed.
+    """
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    cached = getattr(rules, "get_tensor_method", None)
+    return cached if hasattr(cached, "cache_info") and hasattr(cached, "cache_clear") else None
+
+
+def _replace(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    if (owner, name) in _originals or not hasattr(owner, name):
+        return
+    original = getattr(owner, name)
+    _originals[(owner, name)] = (original, name in vars(owner))
+    setattr(owner, name, make(original))
+
+
+def install_thread_rng() -> None:
+    """Route torch's random and seeding functions to the rank thread's state."""
+    global _compile_cache_was_filled
+    if not _originals:
+        cached = _compile_tensor_methods()
+        _compile_cache_was_filled = cached is not None and cached.cache_info().currsize > 0
     for module in (torch, torch.random):
         for name in _SEED_FUNCTIONS:
-            if (module, name) in _originals:
-                continue
-            original = getattr(module, name)
-            _originals[(module, name)] = original
-            setattr(module, name, _seed_function(name, original))
+            _replace(module, name, functools.partial(_seed_function, name))
+    for owner, names in ((torch, _TORCH_RANDOM), (torch.Tensor, _TENSOR_RANDOM),
+                         (F, _functional_random())):
+        for name in names:
+            _replace(owner, name, _on_thread_state)
 
 
-def uninstall_seed_functions() -> None:
-    for (module, name), original in _originals.items():
-        setattr(module, name, original)
+def uninstall_thread_rng() -> None:
+    """Put back every function ``install_thread_rng`` replaced."""
+    for (owner, name), (original, own) in _originals.items():
+        if own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)  # it was inherited (Tensor methods from TensorBase)
     _originals.clear()
+    cached = _compile_tensor_methods()
+    if cached is not None and not _compile_cache_was_filled:
+        cached.cache_clear()

@@ -41,8 +41,8 @@ from .testcase import RankDispatchingTestCase
 from ..backends.thread_rng import (
     ThreadRNG,
     current_thread_rng,
-    install_seed_functions,
-    uninstall_seed_functions,
+    install_thread_rng,
+    uninstall_thread_rng,
 )
 from ..backends.threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
 from ..engine.verdict import (
@@ -129,7 +129,7 @@ def _begin_session(world_size: int, timeout: float) -> ThreadedSession:
     # only ever write to its own test's record.
     session.harness_record = _SessionRecord(world_size)
     threaded_pg.install(session)
-    install_seed_functions()
+    install_thread_rng()
     return session
 
 
@@ -492,7 +492,7 @@ def _end_session(session: ThreadedSession, threads: list[threading.Thread]) -> N
     give_up = time.monotonic() + STOP_GRACE_S
     for thread in threads:
         thread.join(max(0.0, give_up - time.monotonic()))
-    uninstall_seed_functions()
+    uninstall_thread_rng()
     threaded_pg.uninstall(session)
 
 

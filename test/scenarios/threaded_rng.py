@@ -53,6 +53,44 @@ class PerThreadRNG(MultiThreadedTestCase):
         self.assertEqual(torch.randn(3), first)
 
 
+def noisy(x):
+    return F.dropout(torch.randn(4) + x, 0.5) + torch.empty(4).uniform_()
+
+
+class CompileInRankThreads(MultiThreadedTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_threads()
+
+    def test_compiled_random_ops_trace_and_eager_ones_stay_per_rank(self):
+        # fullgraph: the random-function wrappers must not break the graph
+        compiled = torch.compile(noisy, backend="eager", fullgraph=True)
+        self.assertEqual(compiled(torch.zeros(4)).shape, (4,))
+        torch.manual_seed(5)
+        x = torch.randn(3)
+        for other in gathered(x):
+            self.assertEqual(other, x)
+
+
+class CompileOnceThreadedTestsEnded(TestCase):
+    def test_compile_still_knows_the_random_functions(self):
+        # Runs after CompileInRankThreads (by name), whose compile was this
+        # process's first: the tables torch.compile filled then must name
+        # torch's own functions, not the wrappers.
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        compiled = torch.compile(noisy, backend="eager", fullgraph=True)
+        self.assertEqual(compiled(torch.zeros(4)).shape, (4,))
+        compiled = torch.compile(lambda t: torch.Tensor.uniform_(t), backend="eager",
+                                 fullgraph=True)
+        self.assertEqual(compiled(torch.empty(4)).shape, (4,))
+
+
 class SharedRNG(MultiThreadedTestCase):
     per_thread_rng = False
 
