@@ -11,8 +11,10 @@ per-worker isolation under pytest-xdist.
 
 from __future__ import annotations
 
+import fnmatch
 import multiprocessing.util
 import os
+import re
 import shutil
 import socket
 import sys
@@ -139,23 +141,60 @@ def _isolate_xdist_worker(worker: str) -> tuple:
 _early_server: tuple[str, socket.socket] | None = None
 
 
+# Names that show a file runs its ranks as threads of the test process, and
+# the classes that start rank processes (test/test_pytest_plugin.py checks
+# that these name every such class distspawn exports).
+THREAD_RANK_NAMES = re.compile(
+    rb"\b(?:MultiThreadedTestCase|spawn_threads_and_init_comms|threaded_world"
+    rb"|FSDPTestMultiThread|(?:Local)?DTensorOpTestBase)\b")
+PROCESS_RANK_NAMES = re.compile(
+    rb"\b(?:MultiProcessTestCase|MultiProcContinu?ousTest|DynamoDistributedMultiProcTestCase"
+    rb"|(?:Local)?DTensor(?:Continuous)?TestBase|FSDPTest(?:Continuous)?|DistributedTestBase"
+    rb"|DistributedTest|TestDistBackend|C10dTorchCommsTestBase)\b")
+
+
 def pytest_collect_file(file_path: Any, parent: Any) -> None:
-    # The first test file that mentions distspawn starts the rank server, so
-    # that it imports torch while this process does (about 2 s, otherwise
-    # paid by the first test). Nothing here imports torch.
+    # The first test file that may start rank processes starts the rank
+    # server, so that it imports torch while this process does (about 2 s,
+    # otherwise paid by the first test). Nothing here imports torch.
     global _early_server
     if (_early_server is None and str(file_path).endswith(".py")
-            and not parent.config.option.collectonly and _mentions_distspawn(file_path)):
+            and not parent.config.option.collectonly and _collected_as_tests(file_path, parent)
+            and _may_start_rank_processes(file_path)):
         _early_server = _start_rank_server_early()
     return None
 
 
-def _mentions_distspawn(file_path: Any) -> bool:
+def _collected_as_tests(file_path: Any, parent: Any) -> bool:
+    # pytest 8 calls this hook for every file of each directory on the way to
+    # the paths it was given (README.rst, setup.py, other test files, ...):
+    # only a file named on the command line, or inside a directory named there
+    # and matching python_files, is a test module of this run.
+    path = os.path.realpath(str(file_path))
+    if parent.session.isinitpath(file_path):
+        return True
+    base = str(parent.config.invocation_params.dir)
+    inside = any(path.startswith(os.path.realpath(os.path.join(base, arg.split("::")[0])) + os.sep)
+                 for arg in parent.config.args)
+    name = os.path.basename(path)
+    return inside and any(fnmatch.fnmatch(path if os.sep in pattern else name, pattern)
+                          for pattern in parent.config.getini("python_files"))
+
+
+def _may_start_rank_processes(file_path: Any) -> bool:
+    # A file that mentions distspawn, unless it plainly runs its ranks as
+    # threads only: there a server importing torch in the background would
+    # only compete with the rank threads for the CPUs (a trivial threaded test
+    # took twice as long). A guess the other way costs only a later start: a
+    # process class collected starts the server too.
     try:
         with open(file_path, "rb") as f:
-            return b"distspawn" in f.read(1 << 20)
+            text = f.read(1 << 20)
     except OSError:
         return False
+    if b"distspawn" not in text:
+        return False
+    return bool(PROCESS_RANK_NAMES.search(text)) or not THREAD_RANK_NAMES.search(text)
 
 
 def _start_rank_server_early() -> tuple[str, socket.socket] | None:

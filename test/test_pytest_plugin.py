@@ -126,3 +126,48 @@ def test_a_pytest_without_the_private_items_gets_a_message_naming_it():
     plain = pytest_run("moved_pytest/test_sizes.py::Plain", "-v", "-p", "no:cacheprovider")
     assert plain.returncode == 0, plain.output
     assert outcomes(plain.output) == {"Plain::test_runs_as_pytest_collects_it": "PASSED"}
+
+
+def test_a_threads_only_file_starts_no_rank_server_and_a_mixed_run_does():
+    # The server imports torch in the background; beside rank threads it only
+    # competes for the CPUs. The threaded test checks for the server.
+    alone = pytest_run("threads_only_file.py", "-q", "-p", "no:cacheprovider")
+    assert alone.returncode == 0 and "1 passed" in alone.output, alone.output
+    # two_ranks.py: a file with a multi-process class (a base, so no tests)
+    mixed = pytest_run("threads_only_file.py", "two_ranks.py", "-q", "-p",
+                       "no:cacheprovider", env={"MIXED_IN_PROCESSES": "1"})
+    assert mixed.returncode == 0 and "1 passed" in mixed.output, mixed.output
+    for run in (alone, mixed):
+        assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
+    # The light plugin guesses from a file's text whether it may start rank
+    # processes; a process class missing from its list would be taken for
+    # threads-only when it sits beside a threaded one.
+    import importlib
+    import inspect
+
+    import distspawn_pytest
+    from distspawn import MultiProcContinuousTest, MultiProcessTestCase, MultiThreadedTestCase
+
+    modules = ["distspawn", "distspawn.compat", "distspawn.dtensor", "distspawn.fsdp",
+               "distspawn.distributed_test", "distspawn.fake_pg"]
+    found = {"processes": set(), "threads": set()}
+    for module in map(importlib.import_module, modules):
+        for name, obj in vars(module).items():
+            if not inspect.isclass(obj):
+                continue
+            if issubclass(obj, (MultiProcessTestCase, MultiProcContinuousTest)):
+                found["processes"].add(name)
+            elif issubclass(obj, MultiThreadedTestCase):
+                found["threads"].add(name)
+    assert {"DTensorTestBase", "FSDPTest", "TestDistBackend"} <= found["processes"]
+    assert {"MultiThreadedTestCase", "FSDPTestMultiThread"} <= found["threads"]
+    for kind, names in found.items():
+        for name in names:
+            text = f"class Mine({name}):".encode()
+            assert bool(distspawn_pytest.PROCESS_RANK_NAMES.search(text)) == \
+                (kind == "processes"), name
+            assert bool(distspawn_pytest.THREAD_RANK_NAMES.search(text)) == \
+                (kind == "threads"), name
