@@ -55,13 +55,15 @@ def _functional_random() -> tuple[str, ...]:
         "scaled_dot_product_attention", "fractional_max_pool2d", "fractional_max_pool3d")
 
 
-def _is_compiling() -> bool:
+def _never() -> bool:
     return False
 
 
-# torch.compile recognises torch.compiler.is_compiling and folds it to True
-# while tracing, so a traced wrapper goes straight to the original function.
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", _is_compiling)
+# False when it runs; torch.compile folds it to True while it traces a
+# wrapper, which then goes straight to the original function. (Not
+# is_compiling(): that flag is process-wide, so one rank thread compiling
+# would send the others' eager draws to the shared generator.)
+_traced_by_dynamo = getattr(getattr(torch, "compiler", None), "is_dynamo_compiling", _never)
 
 
 @contextlib.contextmanager
@@ -108,7 +110,7 @@ _this_threads_rng = current_thread_rng
 def _on_thread_state(original: Callable) -> Callable:
     @functools.wraps(original)
     def drawing(*args: Any, **kwargs: Any) -> Any:
-        if _is_compiling():
+        if _traced_by_dynamo():
             return original(*args, **kwargs)
         rng = getattr(_current, "rng", None)
         if rng is None or rng.swapped:

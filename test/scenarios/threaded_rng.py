@@ -1,5 +1,7 @@
 """Per-rank random streams on rank threads; prints nothing, asserts in each test."""
 
+import threading
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -57,6 +59,10 @@ def noisy(x):
     return F.dropout(torch.randn(4) + x, 0.5) + torch.empty(4).uniform_()
 
 
+def noisy_too(x):
+    return torch.rand_like(x) + torch.randn(4)
+
+
 class CompileInRankThreads(MultiThreadedTestCase):
     @property
     def world_size(self):
@@ -64,7 +70,22 @@ class CompileInRankThreads(MultiThreadedTestCase):
 
     def setUp(self):
         super().setUp()
+        type(self).compiled = threading.Event()
         self._spawn_threads()
+
+    def test_eager_draws_stay_per_rank_while_another_rank_compiles(self):
+        if self.rank == 0:
+            try:
+                torch.compile(noisy_too, backend="eager", fullgraph=True)(torch.zeros(4))
+            finally:
+                self.compiled.set()
+            return
+        expected = torch.randn(3, generator=torch.Generator().manual_seed(5))
+        draws = 0
+        while not self.compiled.is_set() or draws == 0:
+            torch.manual_seed(5)
+            self.assertEqual(torch.randn(3), expected, f"draw {draws}")
+            draws += 1
 
     def test_compiled_random_ops_trace_and_eager_ones_stay_per_rank(self):
         # fullgraph: the random-function wrappers must not break the graph
