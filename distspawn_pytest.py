@@ -87,9 +87,12 @@ def pytest_configure(config: pytest.Config) -> None:
         if cap < 1:
             raise pytest.UsageError(f"--distspawn-max-world-size={cap}: expected an integer >= 1")
         os.environ[MAX_WORLD_SIZE_VAR] = str(cap)
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        config.stash[_XDIST_STATE] = _isolate_xdist_worker(worker)
+    # xdist's own mark of a worker (PYTEST_XDIST_WORKER is inherited by every
+    # process a worker starts, a nested pytest run included: isolating each of
+    # those again nested TMPDIRs until the rank server's socket path was too long).
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.stash[_XDIST_STATE] = _isolate_xdist_worker(str(workerinput.get("workerid", "gw")))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -217,6 +220,12 @@ def _start_rank_server_early() -> tuple[str, socket.socket] | None:
     os.environ.update(server_environ)
     try:
         multiprocessing.forkserver.ensure_running()
+    except OSError:
+        # e.g. a TMPDIR too long for the server's socket: no early start; the
+        # first test that starts ranks gives distspawn's error saying so.
+        listening.close()
+        os.remove(notes_path)
+        return None
     finally:
         for key in server_environ:
             os.environ.pop(key, None)

@@ -87,7 +87,10 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
                cwd: Path = SCENARIOS) -> Run:
     """Run ``python *args`` with a private TMPDIR; report what it left behind."""
     marker = uuid.uuid4().hex
-    with tempfile.TemporaryDirectory(prefix="distspawn-test-") as tmp:
+    # A short name: under pytest -n, the rank server's socket path in a nested
+    # run (an xdist worker's dir, this one, the inner worker's) must stay
+    # within a Unix socket's 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="ds-") as tmp:
         # CI is the CI runner's flag, not the scenario's: with it set, upstream's
         # run_tests writes XML reports and needs xmlrunner (upstream drops it for
         # the test processes it starts, too).

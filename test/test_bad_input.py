@@ -96,3 +96,15 @@ def test_constructing_with_a_missing_method_names_it():
         Local("test_missing")
     with pytest.raises(ValueError, match="no such test method .*: test_missing"):
         Local(methodName="test_missing")
+
+
+def test_a_tmpdir_too_long_for_the_rank_servers_socket_is_named(tmp_path):
+    run = run_python(["long_tmpdir.py", "-v"], env={"LONG_TMPDIR_UNDER": str(tmp_path)})
+    assert run.returncode == 1, run.output
+    assert "test_x (__main__.LongTmpdir.test_x) ... ERROR" in run.output
+    line = next(l for l in run.output.splitlines() if l.startswith("ValueError: TMPDIR="))
+    assert "is too long for the rank server: its socket would be" in line
+    assert ("a Unix socket path takes at most 107. Set TMPDIR to a shorter directory, or "
+            "DISTSPAWN_START_METHOD=spawn") in line
+    assert "AF_UNIX path too long" not in run.output
+    assert run.leftover_pids == []

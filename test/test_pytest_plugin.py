@@ -95,6 +95,14 @@ def test_xdist_workers_give_the_same_outcomes_and_junit_keeps_rank_details(tmp_p
     assert [f for f in run.leftover_files if not f.startswith("pytest-of-")] == []
 
 
+def test_a_pytest_run_started_from_an_xdist_worker_is_not_taken_for_one():
+    # It inherits the worker's PYTEST_XDIST_WORKER; isolating it as a worker
+    # again nested TMPDIRs until the rank server's socket path was too long.
+    run = pytest_run("inherited_xdist_env.py", "-q", "-p", "no:cacheprovider",
+                     env={"PYTEST_XDIST_WORKER": "gw7"})
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+
+
 def test_the_cap_can_be_set_and_bad_markers_are_clear_errors():
     run = pytest_run(FILE, "-v", "-rs", "-p", "no:cacheprovider", "-k", "sum",
                      env={"DISTSPAWN_MAX_WORLD_SIZE": "2"})

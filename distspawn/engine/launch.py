@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import multiprocessing.connection
 import multiprocessing.forkserver
 import os
 import signal
@@ -91,6 +92,29 @@ _notes_path: str | None = None  # set once this process started its server
 _list_socket: socket.socket | None = None  # the server waits to be told more modules
 
 
+# The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
+UNIX_SOCKET_PATH_MAX = 107
+
+
+def check_rank_server_address() -> None:
+    """Raise one clear error where the forkserver could not bind its socket here.
+
+    multiprocessing puts it in a directory under ``TMPDIR`` (except where it
+    uses an abstract socket, in some Pythons); a long ``TMPDIR`` makes the
+    path too long, and the bind fails deep inside multiprocessing.
+    """
+    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+    if isinstance(address, bytes):
+        address = address.decode(errors="replace")
+    if address.startswith("\0") or len(address.encode()) <= UNIX_SOCKET_PATH_MAX:
+        return
+    raise ValueError(
+        f"TMPDIR={tempfile.gettempdir()!r} is too long for the rank server: its socket "
+        f"would be {address!r}, {len(address.encode())} bytes, and a Unix socket path "
+        f"takes at most {UNIX_SOCKET_PATH_MAX}. Set TMPDIR to a shorter directory, or "
+        f"{START_METHOD_ENV}=spawn (or start_method = \"spawn\" on the class).")
+
+
 def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -> None:
     """Start this process's forkserver now, unless it runs, with ``modules`` preloaded.
 
@@ -111,6 +135,7 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
             _send_module_list()
             multiprocessing.forkserver.ensure_running()  # restarts one that died
         return
+    check_rank_server_address()
     server_environ = {warm_modules.MODULES_VAR: ",".join(_warm_wanted)}
     if more_to_come:
         if not sys.platform.startswith("linux"):

@@ -219,7 +219,10 @@ def _start_rank_server_early(cls: type) -> None:
     if _forkserver_class(cls):
         from ..engine import launch
 
-        launch.start_rank_server([cls.__module__], more_to_come=True)
+        try:
+            launch.start_rank_server([cls.__module__], more_to_come=True)
+        except ValueError:
+            pass  # a TMPDIR too long: the first test that starts ranks says so
 
 
 def start_rank_server_for(items: list[pytest.Item]) -> None:
@@ -238,4 +241,7 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
         if _forkserver_class(cls) and cls.__module__ not in modules:
             modules.append(cls.__module__)
     if modules or launch.rank_server_started():
-        launch.start_rank_server(modules)  # also tells an early-started server the list
+        try:
+            launch.start_rank_server(modules)  # also tells an early-started server the list
+        except ValueError:
+            pass  # as in _start_rank_server_early
