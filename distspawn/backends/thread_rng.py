@@ -48,11 +48,9 @@ _TENSOR_RANDOM = ("uniform_", "normal_", "random_", "bernoulli_", "bernoulli",
                   "exponential_", "geometric_", "log_normal_", "cauchy_", "multinomial")
 
 
-def _functional_random() -> tuple[str, ...]:
-    dropouts = [n for n in dir(F) if "dropout" in n and not n.startswith("_")]
-    return tuple(dropouts) + (
-        "rrelu", "rrelu_", "gumbel_softmax", "multi_head_attention_forward",
-        "scaled_dot_product_attention", "fractional_max_pool2d", "fractional_max_pool3d")
+_FUNCTIONAL_RANDOM = tuple(n for n in dir(F) if "dropout" in n and not n.startswith("_")) + (
+    "rrelu", "rrelu_", "gumbel_softmax", "multi_head_attention_forward",
+    "scaled_dot_product_attention", "fractional_max_pool2d", "fractional_max_pool3d")
 
 
 def _never() -> bool:
@@ -198,7 +196,7 @@ def install_thread_rng() -> None:
         for name in _SEED_FUNCTIONS:
             _replace(module, name, functools.partial(_seed_function, name))
     for owner, names in ((torch, _TORCH_RANDOM), (torch.Tensor, _TENSOR_RANDOM),
-                         (F, _functional_random())):
+                         (F, _FUNCTIONAL_RANDOM)):
         for name in names:
             _replace(owner, name, _on_thread_state)
 

@@ -104,13 +104,12 @@ def check_rank_server_address() -> None:
     path too long, and the bind fails deep inside multiprocessing.
     """
     address = multiprocessing.connection.arbitrary_address("AF_UNIX")
-    if isinstance(address, bytes):
-        address = address.decode(errors="replace")
-    if address.startswith("\0") or len(address.encode()) <= UNIX_SOCKET_PATH_MAX:
+    size = len(os.fsencode(address))
+    if address.startswith("\0") or size <= UNIX_SOCKET_PATH_MAX:
         return
     raise ValueError(
         f"TMPDIR={tempfile.gettempdir()!r} is too long for the rank server: its socket "
-        f"would be {address!r}, {len(address.encode())} bytes, and a Unix socket path "
+        f"would be {address!r}, {size} bytes, and a Unix socket path "
         f"takes at most {UNIX_SOCKET_PATH_MAX}. Set TMPDIR to a shorter directory, or "
         f"{START_METHOD_ENV}=spawn (or start_method = \"spawn\" on the class).")
 

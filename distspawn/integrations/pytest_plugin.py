@@ -217,12 +217,7 @@ def _start_rank_server_early(cls: type) -> None:
     # The first multi-process test class collected: the server starts
     # importing torch now, while pytest collects the rest.
     if _forkserver_class(cls):
-        from ..engine import launch
-
-        try:
-            launch.start_rank_server([cls.__module__], more_to_come=True)
-        except ValueError:
-            pass  # a TMPDIR too long: the first test that starts ranks says so
+        _start_quietly([cls.__module__], more_to_come=True)
 
 
 def start_rank_server_for(items: list[pytest.Item]) -> None:
@@ -241,7 +236,15 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
         if _forkserver_class(cls) and cls.__module__ not in modules:
             modules.append(cls.__module__)
     if modules or launch.rank_server_started():
-        try:
-            launch.start_rank_server(modules)  # also tells an early-started server the list
-        except ValueError:
-            pass  # as in _start_rank_server_early
+        _start_quietly(modules)  # also tells an early-started server the list
+
+
+def _start_quietly(modules: list[str], more_to_come: bool = False) -> None:
+    # At collection a server that cannot start (a TMPDIR too long for its
+    # socket) is no error yet: the first test that starts ranks says why.
+    from ..engine import launch
+
+    try:
+        launch.start_rank_server(modules, more_to_come=more_to_come)
+    except ValueError:
+        pass
