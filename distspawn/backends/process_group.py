@@ -100,15 +100,15 @@ class ThreadedProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        ops.check_reduce_op(op)
+        name = ops.reduce_op_name(op)
         return self._collective("all_reduce", list(tensors), ops.all_reduce(op),
-                                [("op", ops.op_name(op))], outputs=list(tensors))
+                                [("op", name)], outputs=list(tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        ops.check_reduce_op(op)
+        name = ops.reduce_op_name(op)
         return self._collective("all_reduce_coalesced", list(tensors), ops.all_reduce(op),
-                                [("op", ops.op_name(op))], outputs=list(tensors))
+                                [("op", name)], outputs=list(tensors))
 
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
@@ -118,9 +118,9 @@ class ThreadedProcessGroup(dist.ProcessGroup):
     def reduce(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        ops.check_reduce_op(op)
+        name = ops.reduce_op_name(op)
         return self._collective("reduce", list(tensors), ops.reduce(root, op),
-                                [("dst", root), ("op", ops.op_name(op))],
+                                [("dst", root), ("op", name)],
                                 outputs=list(tensors))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -157,24 +157,24 @@ class ThreadedProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        ops.check_reduce_op(op)
+        name = ops.reduce_op_name(op)
         return self._collective("reduce_scatter", (list(output_tensors), input_lists),
-                                ops.reduce_scatter(op), [("op", ops.op_name(op))],
+                                ops.reduce_scatter(op), [("op", name)],
                                 tensors=output_tensors, strict=False,
                                 outputs=list(output_tensors))
 
     def reduce_scatter_single(self, output, input, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        ops.check_reduce_op(op)
+        name = ops.reduce_op_name(op)
         return self._collective("reduce_scatter_tensor", [(output, input)],
-                                ops.reduce_scatter_tensor(op), [("op", ops.op_name(op))],
+                                ops.reduce_scatter_tensor(op), [("op", name)],
                                 tensors=output, strict=False, outputs=[output])
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        ops.check_reduce_op(op)
+        name = ops.reduce_op_name(op)
         return self._collective("reduce_scatter_tensor_coalesced", list(zip(outputs, inputs)),
-                                ops.reduce_scatter_tensor(op), [("op", ops.op_name(op))],
+                                ops.reduce_scatter_tensor(op), [("op", name)],
                                 tensors=list(outputs), strict=False, outputs=list(outputs))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):

@@ -134,7 +134,7 @@ class _GroupInfo:
         return f"group '{self.name}' (ranks {_ranks_text(self.global_ranks)})"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Waiter:
     pending: _Pending
     bounded: bool  # the caller gave its own timeout: it may give up by itself
@@ -184,38 +184,46 @@ class ThreadedSession:
 
     def join_collective(self, group: _GroupInfo, seq: int, group_rank: int,
                         call: Call) -> _Rendezvous:
-        with self._settling():
+        # The hot path of every collective: each rank thread runs it in turn
+        # under the GIL, so every step here is paid world-size times per op.
+        with self._cond:
             self._raise_if_stopped()
             key = (group.name, seq)
             rendezvous = self._collectives.get(key)
             if rendezvous is None:
-                rendezvous = _Rendezvous(group, seq=seq)
-                self._collectives[key] = rendezvous
-            rendezvous.calls[group_rank] = call
-            if len(rendezvous.calls) == group.size:
+                rendezvous = self._collectives[key] = _Rendezvous(group, seq=seq)
+            calls = rendezvous.calls
+            calls[group_rank] = call
+            if len(calls) == group.size:
                 del self._collectives[key]
                 self._complete(rendezvous, self._run_collective)
-            return rendezvous
+            settle = self._take_unsettled()
+        if settle:
+            _settle_all(settle)
+        return rendezvous
 
     def _run_collective(self, rendezvous: _Rendezvous) -> None:
         calls = [rendezvous.calls[r] for r in range(rendezvous.group.size)]
-        where = (f"{rendezvous.group.label()}, collective #{rendezvous.seq + 1} on that "
-                 "group")
-        if len({c.match_key() for c in calls}) > 1:
+        first_key = calls[0].match_key()
+        if any(c.match_key() != first_key for c in calls[1:]):
             raise CollectiveMismatchError(
-                f"collective mismatch on {where}: the ranks' calls differ:\n"
-                + self._call_lines(rendezvous, calls))
+                f"collective mismatch on {self._where(rendezvous)}: the ranks' calls "
+                "differ:\n" + self._call_lines(rendezvous, calls))
         try:
             with torch.no_grad():
                 calls[0].execute([c.payload for c in calls])
         except Incompatible as exc:
             raise CollectiveMismatchError(
-                f"collective mismatch on {where}: {exc}\n"
+                f"collective mismatch on {self._where(rendezvous)}: {exc}\n"
                 + self._call_lines(rendezvous, calls)) from None
         except Exception as exc:
             raise ThreadedBackendError(
-                f"{calls[0].describe()} on {where} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+                f"{calls[0].describe()} on {self._where(rendezvous)} failed: "
+                f"{type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _where(rendezvous: _Rendezvous) -> str:
+        return f"{rendezvous.group.label()}, collective #{rendezvous.seq + 1} on that group"
 
     @staticmethod
     def _call_lines(rendezvous: _Rendezvous, calls: list[Call]) -> str:
@@ -297,26 +305,46 @@ class ThreadedSession:
         """
         with self._cond:
             yield
-            settle, self._unsettled = self._unsettled, []
-        for future, outputs, pending in settle:
-            _settle(future, outputs, pending)
+            settle = self._take_unsettled()
+        _settle_all(settle)
+
+    def _take_unsettled(self) -> list:
+        settle, self._unsettled = self._unsettled, []
+        return settle
 
     # -- waiting ---------------------------------------------------------------
 
     def wait(self, pending: _Pending, rank: int, timeout: float | None = None) -> None:
         """Block ``rank`` until ``pending`` completes; raise if it cannot."""
+        if not pending.done:  # done already: the rank that completed it, or an async op
+            self._block_until_done(pending, rank, timeout)
+        if pending.error is not None:
+            error = pending.error
+            raise type(error)(str(error)) from error.__cause__
+
+    def _block_until_done(self, pending: _Pending, rank: int, timeout: float | None) -> None:
+        # Every rank but the last to arrive passes here once per collective,
+        # one after another under the GIL: keep the loop lean.
         give_up = None if timeout is None else time.monotonic() + timeout
+        if self.deadline is None or give_up is None:
+            wake_by = self.deadline if give_up is None else give_up
+        else:
+            wake_by = min(self.deadline, give_up)
         with self._cond:
-            self._waiting[rank] = _Waiter(pending, bounded=timeout is not None)
+            self._waiting[rank] = _Waiter(pending, timeout is not None)
             try:
                 while not pending.done:
-                    now = time.monotonic()
-                    if self.deadline is not None and now >= self.deadline:
-                        raise DeadlineReached(
-                            f"rank {rank}: {pending.description} on {pending.group.label()} "
-                            f"did not complete before the test's deadline "
-                            f"({self.timeout:g} s): {pending.waiting_for()}")
-                    self._raise_if_stopped()
+                    now = None
+                    if wake_by is not None:
+                        now = time.monotonic()
+                        if self.deadline is not None and now >= self.deadline:
+                            raise DeadlineReached(
+                                f"rank {rank}: {pending.description} on "
+                                f"{pending.group.label()} did not complete before the "
+                                f"test's deadline ({self.timeout:g} s): "
+                                f"{pending.waiting_for()}")
+                    if self._stop_reason is not None:
+                        self._raise_if_stopped()
                     if give_up is not None and now >= give_up:
                         raise CollectiveTimeoutError(
                             f"rank {rank}: {pending.description} on "
@@ -327,13 +355,9 @@ class ThreadedSession:
                         self._stop_reason = f"rank {rank} found a deadlock"
                         self._cond.notify_all()
                         raise CollectiveDeadlockError(report)
-                    ends = [t for t in (self.deadline, give_up) if t is not None]
-                    self._cond.wait(min(ends) - now if ends else None)
+                    self._cond.wait(None if now is None else wake_by - now)
             finally:
                 del self._waiting[rank]
-        if pending.error is not None:
-            error = pending.error
-            raise type(error)(str(error)) from error.__cause__
 
     def _raise_if_stopped(self) -> None:
         if self._stop_reason is not None:
@@ -368,6 +392,11 @@ class ThreadedSession:
                        f"{waiter.pending.group.label()}: {waiter.pending.waiting_for()}")
 
 
+def _settle_all(settle: list) -> None:
+    for future, outputs, pending in settle:
+        _settle(future, outputs, pending)
+
+
 def _settle(future: Future, outputs: Any, pending: _Pending) -> None:
     if pending.error is not None:
         future.set_exception(type(pending.error)(str(pending.error)))
@@ -388,7 +417,9 @@ class ThreadedWork(dist.Work):
 
     def wait(self, timeout: Any = None) -> bool:
         seconds = None
-        if isinstance(timeout, timedelta):
+        if timeout is None:
+            pass  # c10d's own wait after every blocking op: no parsing on the hot path
+        elif isinstance(timeout, timedelta):
             seconds = timeout.total_seconds() or None
         elif isinstance(timeout, (int, float)) and timeout > 0:
             seconds = float(timeout)

@@ -127,12 +127,14 @@ _REDUCERS: dict[Any, Callable[[Sequence[torch.Tensor]], torch.Tensor]] = {
 SUPPORTED_OPS = ", ".join(op.name for op in _REDUCERS)
 
 
-def check_reduce_op(op: Any) -> None:
-    """Raise a clear error, on the calling rank, for an op we cannot apply."""
-    if _red_op_type(op) not in _REDUCERS:
+def reduce_op_name(op: Any) -> str:
+    """The op's name; for an op we cannot apply, a clear error on the calling rank."""
+    kind = _red_op_type(op)
+    if kind not in _REDUCERS:
         raise NotImplementedError(
             f"the threaded backend does not support ReduceOp.{op_name(op)}; "
             f"supported: {SUPPORTED_OPS}")
+    return kind.name
 
 
 def reduce_tensors(tensors: Sequence[torch.Tensor], op: Any) -> torch.Tensor:
