@@ -57,6 +57,12 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "inside a rank thread inlines the random-function wrappers instead, and a "
                "first compile during a threaded test leaves torch.compile unaware of "
                "torch.rand and friends for the rest of the process"),
+    PrivateAPI("torch._C._len_torch_function_stack", "backends.thread_rng",
+               "a rank thread's draws all swap its state into the default generator "
+               "instead of being handed its generator (same numbers, slower)"),
+    PrivateAPI("torch._C._len_torch_dispatch_stack", "backends.thread_rng",
+               "a rank thread's draws all swap its state into the default generator "
+               "instead of being handed its generator (same numbers, slower)"),
     PrivateAPI("torch._dynamo.trace_rules.get_tensor_method", "backends.thread_rng",
                "(looked up in sys.modules) a first compile during a threaded test leaves "
                "torch.compile unaware of Tensor.uniform_ and friends for the rest of the "

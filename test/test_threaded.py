@@ -238,12 +238,40 @@ def test_each_rank_thread_has_its_own_generator():
                  "test_unseeded_stream_starts_like_a_rank_process",
                  "test_module_init_and_dropout_agree",
                  "test_rng_state_round_trip_is_per_thread",
+                 "test_draws_match_a_rank_process_with_the_same_seed",
                  "test_ranks_draw_from_one_generator",  # per_thread_rng = False
                  "test_decorated_ranks_agree",
                  "test_compiled_random_ops_trace_and_eager_ones_stay_per_rank",
                  "test_eager_draws_stay_per_rank_while_another_rank_compiles",
                  "test_compile_still_knows_the_random_functions"):
         assert run.verdict_line(name).endswith("... ok"), name
+
+
+def test_random_functions_handed_the_rank_generator_take_it_by_keyword_only():
+    # A rank thread's CPU draws through these get generator=<its own>: were
+    # the argument positional in some release, a caller's positional one
+    # would collide with it.
+    from distspawn.backends import thread_rng
+
+    g = torch.Generator()
+    t = torch.ones(4)
+    p = torch.full((4,), 0.5)
+    positional = {
+        "rand": lambda: torch.rand(2, g), "randn": lambda: torch.randn(2, g),
+        "randint": lambda: torch.randint(0, 3, (2,), g), "randperm": lambda: torch.randperm(3, g),
+        "normal": lambda: torch.normal(p, p, g), "bernoulli": lambda: torch.bernoulli(p, g),
+        "multinomial": lambda: torch.multinomial(p, 1, False, g),
+        "uniform_": lambda: t.uniform_(0, 1, g), "normal_": lambda: t.normal_(0, 1, g),
+        "random_": lambda: t.random_(0, 3, g), "bernoulli_": lambda: t.bernoulli_(0.5, g),
+        "exponential_": lambda: t.exponential_(1, g), "geometric_": lambda: t.geometric_(0.5, g),
+        "log_normal_": lambda: t.log_normal_(1, 2, g), "cauchy_": lambda: t.cauchy_(0, 1, g),
+    }
+    assert set(positional) == set(thread_rng._TAKES_GENERATOR)
+    # the Tensor methods named like torch functions
+    methods = [lambda: p.bernoulli(g), lambda: p.multinomial(1, False, g)]
+    for call in [*positional.values(), *methods]:
+        with pytest.raises(TypeError):
+            call()
 
 
 def test_seed_and_random_functions_are_restored_after_the_test():

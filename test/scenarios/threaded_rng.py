@@ -16,6 +16,15 @@ def gathered(t):
     return out
 
 
+def random_sequence():
+    with torch.device("cpu"):  # a function mode: draws inside it take the swapped path
+        under_mode = torch.randn(2)
+    return torch.cat([torch.randn(3), nn.Linear(3, 2).weight.detach().flatten(),
+                      torch.empty(3).normal_(), torch.randint(0, 9, (3,)).float(),
+                      torch.multinomial(torch.ones(4), 2).float(), F.dropout(torch.ones(8), 0.5),
+                      torch.rand_like(torch.ones(2)), under_mode])
+
+
 class PerThreadRNG(MultiThreadedTestCase):
     @property
     def world_size(self):
@@ -23,6 +32,11 @@ class PerThreadRNG(MultiThreadedTestCase):
 
     def setUp(self):
         super().setUp()
+        if not hasattr(type(self), "expected_sequence"):  # drawn once, by this process
+            saved = torch.get_rng_state()
+            torch.manual_seed(11)
+            type(self).expected_sequence = random_sequence()
+            torch.set_rng_state(saved)
         self._spawn_threads()
 
     def test_same_seed_same_numbers_on_every_rank(self):
@@ -46,6 +60,13 @@ class PerThreadRNG(MultiThreadedTestCase):
         mask = F.dropout(torch.ones(16), 0.5)
         for other in gathered(torch.cat([weight, mask])):
             self.assertEqual(other, torch.cat([weight, mask]))
+
+    def test_draws_match_a_rank_process_with_the_same_seed(self):
+        # Handed the thread's generator (randn, nn.init's uniform_, normal_,
+        # randint, multinomial) or run with its state swapped in (dropout,
+        # rand_like, a call under a device mode): the numbers a process gives.
+        torch.manual_seed(11)
+        self.assertEqual(random_sequence(), type(self).expected_sequence)
 
     def test_rng_state_round_trip_is_per_thread(self):
         state = torch.get_rng_state()
