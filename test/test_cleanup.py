@@ -24,6 +24,18 @@ def test_fifty_harness_tests_leave_nothing_behind():
     assert run.leftover_pids == []
 
 
+@pytest.mark.parametrize("start_method", ["forkserver", "fork"])
+def test_an_interrupt_in_setup_after_the_ranks_started_leaves_no_rank_and_no_file(
+        start_method):
+    # Seen with SIGINT sent to the process group under fork: the signal can
+    # land before the join, where unittest alone would skip every clean-up.
+    run = run_python(["interrupt_in_setup.py"], env={"DISTSPAWN_START_METHOD": start_method},
+                     timeout=120)
+    assert "KeyboardInterrupt" in run.output, run.output
+    assert run.leftover_files == [], run.output
+    assert run.leftover_pids == []
+
+
 def _alive(pid):
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]

@@ -239,6 +239,17 @@ class RankDispatchingTestCase(TestCase):
     def _join_ranks(self, fn: Callable) -> None:
         raise NotImplementedError
 
+    def run(self, result: unittest.TestResult | None = None):
+        try:
+            return super().run(result)
+        except KeyboardInterrupt:
+            # unittest leaves a test's clean-ups undone after Ctrl-C (and after
+            # SIGTERM, which distspawn raises as KeyboardInterrupt). Ours end
+            # the ranks and remove their files, wherever the interrupt landed:
+            # in setUp after the ranks started, in the join, or in tearDown.
+            self.doCleanups()
+            raise
+
     def join_or_run(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(self):
