@@ -36,6 +36,17 @@ def test_an_interrupt_in_setup_after_the_ranks_started_leaves_no_rank_and_no_fil
     assert run.leftover_pids == []
 
 
+def test_a_spawned_rank_frees_its_garbage_groups_before_interpreter_shutdown(tmp_path):
+    report = tmp_path / "freed"
+    run = run_python(["shutdown_garbage.py"], env={"GARBAGE_REPORT": str(report)},
+                     timeout=180)
+    assert run.returncode == 0, run.output
+    for rank in (0, 1):
+        freed = Path(f"{report}.{rank}")
+        assert freed.exists(), f"rank {rank} never freed its group\n{run.output}"
+        assert freed.read_text() == "shutting down: False"
+
+
 def _alive(pid):
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0]

@@ -17,12 +17,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .exit_codes import skip_message_for
-from .group_keeper import release_kept_groups
+from .group_keeper import free_groups_before_shutdown, release_kept_groups
 from .protocol import RankReport, ReportStatus
 from .worker import (
     RankFiles,
     enable_native_crash_dump,
     exit_code_of,
+    forked_process,
     prepare_rank_process,
     resolve_class,
 )
@@ -81,7 +82,10 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         release_kept_groups()  # groups the test destroyed; none is in use now
     if init_error is None and init_skip is None:
         cls._destroy_pg()
-    release_kept_groups()
+    if forked_process():
+        release_kept_groups()  # multiprocessing ends it with os._exit: no shutdown
+    else:
+        free_groups_before_shutdown()
 
 
 def _fresh_group(cls: type, rank: int, world_size: int, rdvz_file: str) -> None:

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .exit_codes import TEST_ERROR_EXIT_CODE
-from .group_keeper import keep_destroyed_groups, release_kept_groups
+from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
 from .warm_modules import drop_stale_imports
 from .rank_threads import apply_thread_count
 from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
@@ -217,14 +217,18 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)  # it died before the request took effect
 
 
+def forked_process() -> bool:
+    """True in a process started by ``fork`` or ``forkserver``: multiprocessing
+    ends it through ``os._exit``, so its interpreter is never shut down."""
+    forked = (multiprocessing.context.ForkProcess, multiprocessing.context.ForkServerProcess)
+    return isinstance(multiprocessing.current_process(), forked)
+
+
 def ends_without_finalizing() -> bool:
     """True in a distspawn rank forked by ``fork`` or ``forkserver``: it leaves
     through ``os._exit`` right after its test, so nothing left alive in it is
     ever torn down (no destructor, no interpreter shutdown)."""
-    if _reporter is None:
-        return False
-    forked = (multiprocessing.context.ForkProcess, multiprocessing.context.ForkServerProcess)
-    return isinstance(multiprocessing.current_process(), forked)
+    return _reporter is not None and forked_process()
 
 
 def _destroy_process_group() -> None:
@@ -241,7 +245,7 @@ def _destroy_process_group() -> None:
             dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - the rank's report is already sent
         pass
-    release_kept_groups()
+    free_groups_before_shutdown()
 
 
 def _redirect_output(log_path: str) -> None:
