@@ -30,6 +30,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import unittest
 
@@ -237,11 +238,13 @@ def _run_under_pytest(tier: str, suite: str, world_size: int, tests: int) -> dic
         rss_dir = os.path.join(tmp, "rss")
         os.mkdir(rss_dir)
         junit = os.path.join(tmp, "junit.xml")
+        durations = os.path.join(tmp, "durations.json")
         env = dict(os.environ, DISTSPAWN_BENCH_TIER=tier, DISTSPAWN_BENCH_SUITE=suite,
                    DISTSPAWN_BENCH_WS=str(world_size), DISTSPAWN_BENCH_RSS_DIR=rss_dir,
-                   DISTSPAWN_BENCH_COPIES=str(tests))
+                   DISTSPAWN_BENCH_COPIES=str(tests), DISTSPAWN_BENCH_DURATIONS=durations)
         out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              "-W", "ignore", f"--junitxml={junit}", _test_file(tier, tmp)],
+                              "-p", "pytest_durations", "-W", "ignore",
+                              f"--junitxml={junit}", _test_file(tier, tmp)],
                              env=env, capture_output=True, text=True, check=False,
                              cwd=os.path.dirname(os.path.abspath(__file__)))
         if not os.path.exists(junit):
@@ -252,13 +255,29 @@ def _run_under_pytest(tier: str, suite: str, world_size: int, tests: int) -> dic
             for outcome in ("failure", "error", "skipped"):
                 found = case.find(outcome)
                 if found is not None:
-                    return {"error": f"{outcome}: {(found.get('message') or '')[:200]}"}
+                    # The whole report (a hung rank's stack, say) goes below the row.
+                    first_line = (found.get("message") or "").strip().split("\n")[0]
+                    return {"error": f"{outcome}: {first_line[:200]}",
+                            "detail": found.text or ""}
         peaks = [int(open(os.path.join(rss_dir, n)).read()) for n in os.listdir(rss_dir)]
-    times = [float(case.get("time") or 0.0) for case in cases]
+        with open(durations) as f:
+            times = list(json.load(f).values())  # in run order, unrounded
     if len(times) < 2:
         return {"error": f"{len(times)} tests ran"}
     return {"first_s": times[0], "per_test_s": statistics.median(times[1:]),
             "peak_rss_mb": max(peaks) / 1024 if peaks else None}
+
+
+def _ratio_text(tier: str, seconds: float, references: dict[str, float]) -> str:
+    """How many times faster than upstream: threads against upstream's threads
+    (same kind of test), every process tier against upstream's spawn."""
+    if tier.startswith("upstream"):
+        return "-"
+    reference = references.get("upstream-threads" if tier == "threads" else "upstream-spawn")
+    if not reference:
+        return "-"
+    ratio = reference / seconds
+    return f"{ratio:.2f}x (threads)" if tier == "threads" else f"{ratio:.0f}x faster"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,11 +316,11 @@ def main(argv: list[str] | None = None) -> int:
 
     steady = "median s" if args.pytest else "s/test"
     print(f"{'suite':<8} {'ws':>2}  {'tier':<17} {'first s':>8} {steady:>9} "
-          f"{'peak RSS/rank':>14} {'vs upstream-spawn':>18}")
+          f"{'peak RSS/rank':>14} {'vs upstream':>18}")
     failed = False
     for suite in suites:
         for world_size in world_sizes:
-            reference = None
+            references: dict[str, float] = {}
             for tier in tiers:
                 if suite == "dtensor" and tier not in DTENSOR_TIERS:
                     continue
@@ -314,18 +333,19 @@ def main(argv: list[str] | None = None) -> int:
                     failed = failed or not tier.startswith("upstream")
                     print(f"{suite:<8} {world_size:>2}  {tier:<17} not measured: "
                           f"{result['error']}")
+                    if result.get("detail"):
+                        print(textwrap.indent(result["detail"].rstrip(), "    | "))
                     continue
                 seconds = result["per_test_s"]
-                if tier == "upstream-spawn":
-                    reference = seconds
+                if tier.startswith("upstream"):
+                    references[tier] = seconds
                 rss = result["peak_rss_mb"]
                 rss_text = "-" if rss is None else f"{rss:.0f} MB"
                 if tier in ("threads", "upstream-threads"):
                     rss_text += " (all)"
-                ratio = (f"{reference / seconds:.0f}x faster"
-                         if reference and tier != "upstream-spawn" else "-")
+                ratio = _ratio_text(tier, seconds, references)
                 first = f"{result['first_s']:.2f}s" if "first_s" in result else "-"
-                print(f"{suite:<8} {world_size:>2}  {tier:<17} {first:>8} {seconds:>8.3f}s "
+                print(f"{suite:<8} {world_size:>2}  {tier:<17} {first:>8} {seconds:>8.4f}s "
                       f"{rss_text:>14} {ratio:>18}", flush=True)
     return 1 if failed else 0
 
