@@ -173,9 +173,9 @@ def _collected_as_tests(file_path: Any, parent: Any) -> bool:
     # the paths it was given (README.rst, setup.py, other test files, ...):
     # only a file named on the command line, or inside a directory named there
     # and matching python_files, is a test module of this run.
-    path = os.path.realpath(str(file_path))
     if parent.session.isinitpath(file_path):
         return True
+    path = os.path.realpath(str(file_path))
     base = str(parent.config.invocation_params.dir)
     inside = any(path.startswith(os.path.realpath(os.path.join(base, arg.split("::")[0])) + os.sep)
                  for arg in parent.config.args)

@@ -343,8 +343,7 @@ class ThreadedSession:
                                 f"{pending.group.label()} did not complete before the "
                                 f"test's deadline ({self.timeout:g} s): "
                                 f"{pending.waiting_for()}")
-                    if self._stop_reason is not None:
-                        self._raise_if_stopped()
+                    self._raise_if_stopped()
                     if give_up is not None and now >= give_up:
                         raise CollectiveTimeoutError(
                             f"rank {rank}: {pending.description} on "

@@ -116,13 +116,13 @@ _TAKES_GENERATOR = frozenset(("rand", "randn", "randint", "randperm", "normal", 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 _function_modes = getattr(torch._C, "_len_torch_function_stack", None)
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None)
+# Without them a mode cannot be seen: every draw takes the swapped path.
+_CAN_HAND_GENERATOR = _function_modes is not None and _dispatch_modes is not None
 
 
 def _plain_cpu_call(args: tuple, kwargs: dict) -> bool:
     """Whether a random function called so runs eagerly on the CPU, with no mode
     or tensor subclass that could see (or refuse) a generator argument."""
-    if _function_modes is None or _dispatch_modes is None:
-        return False
     if _function_modes() or _dispatch_modes() or kwargs.get("generator") is not None:
         return False  # (nn.init passes generator=None: that one is ours to fill)
     if kwargs.get("device") is not None:
@@ -237,7 +237,8 @@ def install_thread_rng() -> None:
     for owner, names in ((torch, _TORCH_RANDOM), (torch.Tensor, _TENSOR_RANDOM),
                          (F, _FUNCTIONAL_RANDOM)):
         for name in names:
-            takes_generator = owner is not F and name in _TAKES_GENERATOR
+            takes_generator = (_CAN_HAND_GENERATOR and owner is not F
+                               and name in _TAKES_GENERATOR)
             _replace(owner, name, functools.partial(_on_thread_state,
                                                     takes_generator=takes_generator))
 

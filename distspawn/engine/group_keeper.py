@@ -86,4 +86,3 @@ def free_groups_before_shutdown() -> None:
     if any(alive() is not None for alive in _released):
         gc.collect()  # (a full collection costs a rank ~0.1 s: only when one lives on)
     _released.clear()
-

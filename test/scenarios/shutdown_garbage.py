@@ -11,21 +11,15 @@ import gc
 import os
 import sys
 
+import torch
 import torch.distributed as dist
 
-from distspawn import MultiProcessTestCase, run_tests
+from distspawn import run_tests
+from two_ranks import TwoRankTestCase
 
 
-class GroupInGarbage(MultiProcessTestCase):
+class GroupInGarbage(TwoRankTestCase):
     start_method = "spawn"
-
-    @property
-    def world_size(self):
-        return 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
 
     def test_group_left_in_a_cycle(self):
         dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size,
@@ -45,7 +39,7 @@ class GroupInGarbage(MultiProcessTestCase):
 
         holder.fn = uses_the_group
         del holder, uses_the_group
-        dist.all_reduce(__import__("torch").ones(1))
+        dist.all_reduce(torch.ones(1))
         dist.destroy_process_group()
 
 
