@@ -12,6 +12,7 @@ per-worker isolation under pytest-xdist.
 from __future__ import annotations
 
 import fnmatch
+import json
 import multiprocessing.util
 import os
 import re
@@ -24,12 +25,9 @@ from typing import Any
 import pytest
 
 MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"  # read by distspawn.world_sizes
-# Names distspawn.engine.launch and distspawn.engine.warm_modules use (importing
-# them would import torch; test/test_layout.py checks that they agree).
-SERVER_PRELOAD = ["__main__", "distspawn.engine.preload"]
-WARM_MODULES_VAR = "DISTSPAWN_WARM_MODULES"
-WARM_NOTES_VAR = "DISTSPAWN_WARM_NOTES"
-WARM_LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"
+# What distspawn.engine.rank_server uses (importing it would import torch;
+# test/test_layout.py checks that they agree).
+SERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
 STAND_IN_VAR = "DISTSPAWN_STAND_IN"  # read by distspawn.integrations.stand_in
 STAND_IN_ON = ("1", "true", "yes", "on")
 STAND_IN_OFF = ("", "0", "false", "no", "off")
@@ -71,12 +69,6 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     if value not in STAND_IN_ON + STAND_IN_OFF:
         raise pytest.UsageError(_bad_stand_in_value(os.environ[STAND_IN_VAR]))
     if value in STAND_IN_ON:
-        global _early_server
-        if _early_server is None and not getattr(early_config.known_args_namespace,
-                                                 "collectonly", False):
-            # Test files need not mention distspawn in this mode: start the
-            # rank server now, while this process imports torch below.
-            _early_server = _start_rank_server_early()
         import distspawn  # noqa: F401 - installs the stand-in when asked
 
 
@@ -139,9 +131,9 @@ def _isolate_xdist_worker(worker: str) -> tuple:
     return saved_environ, saved_tempdir, private_dir
 
 
-# A rank server started before the test process imported torch: its notes
-# file and the socket it waits on for the test modules (see below).
-_early_server: tuple[str, socket.socket] | None = None
+# A rank server started before the test process imported torch: the socket it
+# waits on for the test modules, and its environment file (see below).
+_early_server: tuple[socket.socket, str] | None = None
 
 
 # Names that show a file runs its ranks as threads of the test process, and
@@ -195,13 +187,19 @@ def _may_start_rank_processes(file_path: Any) -> bool:
             text = f.read(1 << 20)
     except OSError:
         return False
-    if b"distspawn" not in text:
+    # Under the stand-in mode, files that import upstream's harness run on
+    # distspawn's engine without naming it.
+    stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
+    if b"distspawn" not in text and not (stand_in and b"torch.testing._internal" in text):
         return False
     return bool(PROCESS_RANK_NAMES.search(text)) or not THREAD_RANK_NAMES.search(text)
 
 
-def _start_rank_server_early() -> tuple[str, socket.socket] | None:
+def _start_rank_server_early() -> tuple[socket.socket, str] | None:
+    # distspawn.engine.rank_server's protocol, without importing torch.
     import multiprocessing.forkserver
+
+    import distspawn_rank_server as server
 
     if not sys.platform.startswith("linux") or "forkserver" not in \
             multiprocessing.get_all_start_methods():
@@ -209,14 +207,14 @@ def _start_rank_server_early() -> tuple[str, socket.socket] | None:
     if os.environ.get("DISTSPAWN_START_METHOD", "forkserver") != "forkserver":
         return None
     multiprocessing.get_context("forkserver").set_forkserver_preload(SERVER_PRELOAD)
-    fd, notes_path = tempfile.mkstemp(prefix="distspawn-warm-", suffix=".json")
-    os.close(fd)
     name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
     listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listening.bind("\0" + name)  # abstract: nothing on disk
     listening.listen(1)
-    server_environ = {WARM_MODULES_VAR: "", WARM_NOTES_VAR: notes_path,
-                      WARM_LIST_SOCKET_VAR: name}
+    fd, environ_path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
+    with os.fdopen(fd, "w") as out:
+        json.dump(dict(os.environ), out)
+    server_environ = {server.ENVIRON_VAR: environ_path, server.LIST_SOCKET_VAR: name}
     os.environ.update(server_environ)
     try:
         multiprocessing.forkserver.ensure_running()
@@ -224,12 +222,12 @@ def _start_rank_server_early() -> tuple[str, socket.socket] | None:
         # e.g. a TMPDIR too long for the server's socket: no early start; the
         # first test that starts ranks gives distspawn's error saying so.
         listening.close()
-        os.remove(notes_path)
+        os.remove(environ_path)
         return None
     finally:
         for key in server_environ:
             os.environ.pop(key, None)
-    return notes_path, listening
+    return listening, environ_path
 
 
 def _hand_over_early_server() -> None:
@@ -247,11 +245,11 @@ def _drop_early_server() -> None:
     # process, ends.
     global _early_server
     if _early_server is not None:
-        notes_path, listening = _early_server
+        listening, environ_path = _early_server
         _early_server = None
         listening.close()
-        try:
-            os.remove(notes_path)
+        try:  # the server removes it once it has read it
+            os.remove(environ_path)
         except OSError:
             pass
 

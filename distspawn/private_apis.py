@@ -50,6 +50,9 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("multiprocessing.forkserver._forkserver._forkserver_alive_fd", "engine.worker",
                "under forkserver, ranks of a SIGKILLed test process end with their test "
                "body instead of at once"),
+    PrivateAPI("multiprocessing.forkserver._forkserver._stop", "engine.rank_server",
+               "a rank server whose preloaded modules no longer fit the environment "
+               "cannot be restarted: ranks start afresh (spawn) for the rest of the run"),
     PrivateAPI("sys._current_frames", "cases.threaded",
                "a rank thread stuck at the deadline is reported without its stack"),
     PrivateAPI("torch._dynamo.utils.unwrap_if_wrapper", "backends.thread_rng",

@@ -89,12 +89,9 @@ def test_the_light_pytest_plugin_names_what_the_engine_reads():
     # distspawn_pytest starts the rank server before torch is imported, so it
     # spells these out instead of importing them.
     import distspawn_pytest
-    from distspawn.engine import launch, warm_modules
+    from distspawn.engine import rank_server
 
-    assert distspawn_pytest.SERVER_PRELOAD == launch.FORKSERVER_PRELOAD
-    assert distspawn_pytest.WARM_MODULES_VAR == warm_modules.MODULES_VAR
-    assert distspawn_pytest.WARM_NOTES_VAR == warm_modules.NOTES_VAR
-    assert distspawn_pytest.WARM_LIST_SOCKET_VAR == warm_modules.LIST_SOCKET_VAR
+    assert distspawn_pytest.SERVER_PRELOAD == rank_server.FORKSERVER_PRELOAD
 
 
 def test_the_light_pytest_plugin_reads_the_stand_in_variable_as_distspawn_does():

@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from harness import run_python
+from harness import run_python, run_python_on_upstream, upstream_module_imports
 
 
 def test_ddp_tests_that_destroy_their_group_first_never_hang():
@@ -24,10 +24,38 @@ def _pytest_run(env=None):
 def test_test_modules_are_preloaded_and_each_test_gets_fresh_ranks():
     # warm_module.py asserts in its ranks that they found it loaded (imported
     # in another process: the server) and saw nothing an earlier test left.
+    # warm_env_module.py read, at import, a variable its class sets later: the
+    # server is restarted without it (never dropped from a rank), said once.
     run = _pytest_run()
     assert run.returncode == 0 and "3 passed" in run.output, run.output
-    assert "WarmImportWarning" not in run.output, run.output
+    assert run.output.count("WarmImportWarning") == 1, run.output
+    assert ("test module warm_env_module (or a module it imports) read the environment at "
+            "import, and ranks have it otherwise (WARM_MODE); the rank server is restarted "
+            "without it, and each rank imports it itself") in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+@pytest.mark.parametrize("harness", ["distspawn", "stand-in", "upstream"])
+def test_a_project_whose_import_registers_ops_runs_as_if_each_rank_imported_it(harness):
+    # registering_project defines a torch.library op and a registry entry at
+    # import (both outlive any re-import), and reads variables that its test
+    # class sets later or that only the C-level environment has.
+    if harness != "distspawn" and not upstream_module_imports(
+            "torch.testing._internal.common_distributed"):
+        pytest.skip("upstream's harness does not import here")
+    options = ["--distspawn-stand-in"] if harness == "stand-in" else []
+    env = {} if harness == "distspawn" else {"REGISTERING_IMPORTS": "upstream"}
+    runner = run_python_on_upstream if harness == "upstream" else run_python
+    run = runner(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
+                      "always::UserWarning", *options, "registering/test_registering.py"],
+                     env=env, timeout=300)
+    assert run.returncode == 0 and "2 passed" in run.output, run.output
+    if harness != "upstream":
+        assert run.output.count("WarmImportWarning") == 1, run.output
+        assert "test module test_registering (or a module it imports) read the environment " \
+               "at import, and ranks have it otherwise (REGISTERING_FLAVOUR)" in run.output
+        # (upstream's harness leaves its store files behind)
+        assert run.leftover_pids == [] and run.leftover_files == []
 
 
 def test_a_module_whose_import_starts_a_thread_is_not_preloaded_and_says_so_once():

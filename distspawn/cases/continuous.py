@@ -283,7 +283,6 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                     f"{exc}{start_failure_hint(exc)}") from exc
             child_end.close()
             pool.workers.append(_Worker(rank, process, parent_end, files))
-        launch.report_warm_notes()
         if not isinstance(inspect.getattr_static(cls, "world_size", None), property):
             cls.world_size = world_size  # as upstream: the dispatcher knows it too
         return pool

@@ -215,7 +215,6 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         threads_per_rank(world_size)  # a bad setting fails here, before any start
         self._started_at = time.monotonic()
         self._start_processes(launch.process_class(method, type(self).__module__))
-        launch.report_warm_notes()
 
     def _ranks_started_upstream_way(self) -> list[RankProcess]:
         """Handles for ranks a subclass's own ``_start_processes`` put in

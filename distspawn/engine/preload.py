@@ -2,43 +2,41 @@
 
 Everything a rank needs before running its test is loaded here, once per run,
 so each rank starts in tens of milliseconds instead of importing torch again.
-A failure here must never take the server down: the rank would then import
-what it needs itself, slowly but correctly.
+``distspawn_rank_server`` ran first: these imports see the test process's
+environment, and what they read of it is recorded. An import that fails here
+never takes the server down; it is reported, and the test process starts
+ranks afresh instead (an import that failed partway may have left behind
+what a rank importing it again would trip over).
 """
 
 import importlib
 
-try:
-    import numpy  # noqa: F401
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
-    import torch.multiprocessing  # noqa: F401
-    import torch.nn  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
-    import torch.optim  # noqa: F401
+_failures: dict[str, str] = {}
+
+for _name in (
+    "numpy", "torch", "torch.distributed", "torch.multiprocessing", "torch.nn",
+    "torch.nn.parallel", "torch.optim",
     # torch.testing.assert_close (behind TestCase.assertEqual) imports
     # torch.distributed.tensor on first use: 0.6 s in every rank otherwise.
-    import torch.distributed.tensor  # noqa: F401
-    import torch.testing  # noqa: F401
-
+    "torch.distributed.tensor", "torch.testing",
     # The whole package, by name (the engine depends on nothing above it).
-    importlib.import_module("distspawn")
-except BaseException:  # noqa: BLE001 - see the module docstring
-    pass
-
-try:
+    "distspawn",
     # DDP reads a dynamo setting when a model is wrapped: about 1 s per rank
     # otherwise. (Ranks forked after this import used to hang now and then:
     # that was torch freeing a gloo group under the GIL, made likelier by the
     # faster start, and is what engine.group_keeper prevents.)
-    import torch._dynamo  # noqa: F401
-except BaseException:  # noqa: BLE001 - a broken optional dependency: ranks import it themselves
-    pass
+    "torch._dynamo",
+):
+    try:
+        importlib.import_module(_name)
+    except BaseException as _exc:  # noqa: BLE001 - see the module docstring
+        _failures[_name] = f"{type(_exc).__name__}: {_exc}"
+        break
 
-# Last: the test modules the test process named (see engine.warm_modules).
+# Last: the test modules the test process names (see engine.warm_modules).
 try:
-    from distspawn.engine.warm_modules import warm_from_environment
+    from distspawn.engine.warm_modules import serve
 
-    warm_from_environment()
-except BaseException:  # noqa: BLE001 - see the module docstring
+    serve(_failures)
+except BaseException:  # noqa: BLE001 - the test process sees no report and starts ranks afresh
     pass

@@ -6,11 +6,16 @@ than cores, OpenMP's idle threads spin against the other ranks' threads: on a
 10. torchrun sets ``OMP_NUM_THREADS=1`` for several local ranks for the same
 reason; distspawn shares the usable CPUs out among the ranks unless the user
 chose (``OMP_NUM_THREADS``, or ``DISTSPAWN_RANK_THREADS``).
+
+The count is handed to each rank beside its environment, not in it: a rank's
+environment is the test process's, exactly, as a spawned rank's is (a rank
+forked from the preloaded server must see what its imports saw there).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 THREADS_VAR = "DISTSPAWN_RANK_THREADS"
 ACCEPTED = ("'auto' (the default: the usable CPUs shared out among the ranks, unless "
@@ -47,24 +52,24 @@ def threads_per_rank(world_size: int) -> int | None:
     return count
 
 
-def rank_environment(world_size: int) -> dict[str, str]:
-    """The environment ranks start with: this process's, with the thread count set."""
-    environ = dict(os.environ)
-    count = threads_per_rank(world_size)
-    if count is not None:
-        environ["OMP_NUM_THREADS"] = str(count)
-    return environ
+@dataclass(frozen=True)
+class RankEnvironment:
+    """What a rank starts with: the test process's variables, and its thread count."""
+
+    variables: dict[str, str]
+    threads: int | None  # None: torch's own default (or the user's OMP_NUM_THREADS)
 
 
-def apply_thread_count() -> None:
-    """In a rank: make torch use the count its environment names.
+def rank_environment(world_size: int) -> RankEnvironment:
+    """The environment each of ``world_size`` ranks starts with, taken now."""
+    return RankEnvironment(dict(os.environ), threads_per_rank(world_size))
 
-    The forkserver loaded torch (and OpenMP) before this rank's environment
-    existed, so the variable alone would come too late.
-    """
-    raw = os.environ.get("OMP_NUM_THREADS", "")
-    if raw.isdigit() and int(raw) >= 1:
-        import torch
 
-        if torch.get_num_threads() != int(raw):
-            torch.set_num_threads(int(raw))
+def apply_thread_count(count: int | None) -> None:
+    """In a rank: make torch use ``count`` threads (None: leave torch's count)."""
+    if count is None:
+        return
+    import torch
+
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)

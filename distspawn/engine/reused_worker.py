@@ -19,6 +19,7 @@ from typing import Any
 from .exit_codes import skip_message_for
 from .group_keeper import free_groups_before_shutdown, release_kept_groups
 from .protocol import RankReport, ReportStatus
+from .rank_threads import RankEnvironment
 from .worker import (
     RankFiles,
     enable_native_crash_dump,
@@ -38,7 +39,7 @@ class Task:
 
 
 def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
-                conn: Connection, parent_pid: int, environ: dict[str, str],
+                conn: Connection, parent_pid: int, environ: RankEnvironment,
                 files: RankFiles) -> None:
     """Target of each reused rank process: set up once, then serve tasks.
 

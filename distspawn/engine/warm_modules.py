@@ -1,24 +1,25 @@
-"""Test modules imported once, into the rank server, instead of by every rank.
+"""In the rank server: import the test modules once, so that ranks find them loaded.
 
 Run as a script, a test file is ``__main__`` and multiprocessing's forkserver
 imports it before forking any rank. Under pytest or ``python -m unittest``,
 ``__main__`` is the runner, so each rank of each test imported the test module
 and everything it imports (``torch.testing._internal`` alone costs about 1 s).
-The test process names those modules here before the server starts; the server
-imports each one, and ranks forked from it find them already loaded.
+The test process tells the server those modules (over a socket, once it knows
+them: pytest's collection), and the server imports them after its own preload.
 
-Importing into a process that will fork is only safe for modules whose import
-leaves nothing running. So the server first imports each module in a throwaway
-child (forked from it, and never forked from): a module whose import started a
-thread, a process or a socket, or initialised CUDA, is not imported into the
-server; the test process says why, once, and ranks import it themselves as
-before.
-
-A module imported into the server read the environment as it was when the
-server started; a rank imported it with the environment its test had set up.
-The server records which variables each warm import read (the module and every
-module it pulled in), and a rank whose environment differs on any of them drops
-those modules, so they are imported afresh with the rank's environment.
+What the server preloads must be indistinguishable, to a rank, from the rank
+importing it itself. An import's side effects (a ``torch.library`` op, an entry
+in a registry kept in C++) outlive any attempt to undo it, so nothing is ever
+undone or dropped:
+- each module is first imported in a throwaway child forked from the server; a
+  module whose import fails there, or leaves anything running (a thread, a
+  process, a socket, CUDA), is never imported into the server;
+- every variable each import reads from the environment is recorded and sent
+  back; the test process checks each rank's environment against the records
+  before forking the rank, and restarts the server without a module whose
+  record does not match (``distspawn.engine.rank_server``);
+- an import that fails in the server after its probe passed leaves the server
+  unusable: it says so, and the test process restarts it without that module.
 """
 
 from __future__ import annotations
@@ -31,73 +32,82 @@ import signal
 import socket
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
-MODULES_VAR = "DISTSPAWN_WARM_MODULES"  # set only while the server starts
-NOTES_VAR = "DISTSPAWN_WARM_NOTES"
-LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # more modules are sent there
+import distspawn_rank_server
+
 PROBE_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
 
 
-@dataclass
-class WarmImport:
-    """What importing one test module into the server did."""
+def serve(preload_failures: dict[str, str]) -> None:
+    """Finish the server's start: report its preload, then warm the test modules.
 
-    environ_read: dict[str, str | None] = field(default_factory=dict)
-    read_whole_environ: dict[str, str] | None = None
-    modules: tuple[str, ...] = ()
-
-
-# In the server, filled at its start; ranks inherit it by being forked.
-_warm: dict[str, WarmImport] = {}
-
-
-# -- in the server ----------------------------------------------------------
-
-def warm_from_environment() -> None:
-    """Import the modules the test process asked for (called by the preload)."""
-    names = [n for n in os.environ.pop(MODULES_VAR, "").split(",") if n]
-    notes_path = os.environ.pop(NOTES_VAR, None)
-    list_socket = os.environ.pop(LIST_SOCKET_VAR, None)
-    if list_socket:
-        names += [n for n in _receive_module_list(list_socket) if n not in names]
-    notes = {}
-    for name in names:
-        why_not = _probe(name)
-        if why_not is None:
-            try:
-                _warm[name] = _import_recording_environ(name)
-            except BaseException as exc:  # noqa: BLE001 - the ranks will import it
-                why_not = f"importing it failed: {type(exc).__name__}: {exc}"
-        if why_not is not None:
-            notes[name] = why_not
-    if notes_path:
-        try:  # never created here: a test process that already left removed it
-            fd = os.open(notes_path, os.O_WRONLY | os.O_TRUNC)
-        except OSError:
-            return
-        with os.fdopen(fd, "w") as out:
-            json.dump(notes, out)
-
-
-def _receive_module_list(name: str) -> list[str]:
-    # The test process answers once it knows every module (pytest: after
-    # collection), or closes the socket when it leaves without knowing.
+    ``preload_failures``: the server's own imports that raised (module -> why).
+    """
+    report: dict[str, Any] = {
+        "preload": distspawn_rank_server.preload_recording.stop(),
+        "preload_failures": preload_failures,
+        "modules": {}, "refused": {}, "broken": None,
+    }
+    name = distspawn_rank_server.list_socket_name()
+    if name is None:
+        return
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.connect("\0" + name)
-            data = b""
-            while chunk := connection.recv(65536):
-                data += chunk
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect("\0" + name)
+    except OSError:
+        return  # the test process left before the server was ready
+    with connection:
+        request = _receive(connection)
+        if not preload_failures:
+            _warm(request, report)
+        try:
+            connection.sendall(json.dumps(report).encode())
+        except OSError:
+            pass
+
+
+def _receive(connection: socket.socket) -> dict[str, Any]:
+    # The test process answers once it knows every module (pytest: after
+    # collection) and shuts its side down; it closes without a word when it
+    # leaves without knowing.
+    data = b""
+    try:
+        while chunk := connection.recv(65536):
+            data += chunk
         message = json.loads(data or b"{}")
-        names = message.get("modules", [])
-        path = message.get("sys_path")
-    except (OSError, ValueError, AttributeError):
-        return []
+    except (OSError, ValueError):
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
+    path = request.get("sys_path")
     if isinstance(path, list):
+        # The server may have started before the test directories were added
+        # (pytest adds them as it imports the test modules).
         sys.path[:] = [p for p in path if isinstance(p, str)]
-    return [n for n in names if isinstance(n, str)]
+    environ = request.get("environ")
+    if isinstance(environ, dict):
+        # As the test process has it now, after collection (conftests and
+        # test modules may have set variables as they were imported).
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in environ.items()})
+    for name in request.get("modules", []):
+        if not isinstance(name, str) or name in sys.modules:
+            continue
+        why_not = _probe(name)
+        if why_not is not None:
+            report["refused"][name] = why_not
+            continue
+        recording = distspawn_rank_server.EnvironRecording().start()
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: BLE001 - the test process restarts the server
+            recording.stop()
+            report["broken"] = {"module": name, "why": f"{type(exc).__name__}: {exc}"}
+            return
+        report["modules"][name] = recording.stop()
 
 
 def _probe(name: str) -> str | None:
@@ -170,68 +180,3 @@ def _import_and_check(name: str) -> str | None:
     if after["children"] - before["children"]:
         return "importing it started a process"
     return None
-
-
-class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
-    """``os.environ`` itself (same data), noting every variable read through it."""
-
-    def __getitem__(self, key: str) -> str:
-        try:
-            value = super().__getitem__(key)
-        except KeyError:
-            self._distspawn_reads.setdefault(key, None)
-            raise
-        self._distspawn_reads.setdefault(key, value)
-        return value
-
-    def __iter__(self):
-        self._distspawn_read_all = True
-        return super().__iter__()
-
-
-def _import_recording_environ(name: str) -> WarmImport:
-    original = os.environ
-    recording = object.__new__(_RecordingEnviron)
-    recording.__dict__.update(original.__dict__)  # shares the variables themselves
-    recording._distspawn_reads = {}
-    recording._distspawn_read_all = False
-    modules_before = set(sys.modules)
-    os.environ = recording
-    try:
-        importlib.import_module(name)
-    finally:
-        os.environ = original
-    whole = dict(original) if recording._distspawn_read_all else None
-    return WarmImport(dict(recording._distspawn_reads), whole,
-                      tuple(set(sys.modules) - modules_before))
-
-
-# -- in a rank --------------------------------------------------------------
-
-# Set by pytest for each test: a module that read the whole environment did
-# not read this one's value in any way that could matter.
-_PER_TEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
-
-
-def _comparable(environ: Any) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k not in _PER_TEST_VARIABLES}
-
-
-def drop_stale_imports() -> None:
-    """Forget warm imports that read the environment differently from this rank's.
-
-    Modules warmed after a stale one go too: they may hold its classes (a test
-    module importing a base from a module that read the environment), and a
-    class whose module is imported again is no longer the one pickle finds.
-    """
-    stale = False
-    for record in _warm.values():  # in the order they were imported
-        if not stale:
-            if record.read_whole_environ is not None:
-                stale = _comparable(record.read_whole_environ) != _comparable(os.environ)
-            else:
-                stale = any(os.environ.get(k) != v for k, v in record.environ_read.items())
-        if stale:
-            for module in record.modules:
-                sys.modules.pop(module, None)
-    _warm.clear()

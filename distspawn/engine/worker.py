@@ -20,8 +20,7 @@ from typing import Any
 
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
-from .warm_modules import drop_stale_imports
-from .rank_threads import apply_thread_count
+from .rank_threads import RankEnvironment, apply_thread_count
 from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
 
 # Signal a rank answers by writing every thread's Python stack to its stack file.
@@ -286,15 +285,15 @@ def enable_native_crash_dump() -> None:
 
 
 def prepare_rank_process(files: RankFiles, parent_pid: int,
-                         environ: dict[str, str] | None):
+                         environ: RankEnvironment | None):
     """Everything a rank process does before its first test, fresh or reused.
 
     Returns the open stack-dump file (None where there is no dump signal).
     """
     _die_with_parent(parent_pid)
-    adopt_environment(environ)
-    apply_thread_count()
-    drop_stale_imports()
+    if environ is not None:
+        adopt_environment(environ.variables)
+        apply_thread_count(environ.threads)
     _redirect_output(files.log_path)
     _record_python_stack_on_crash(files.crash_path)
     keep_destroyed_groups()
@@ -311,7 +310,7 @@ def child_main(
     files: RankFiles,
     parent_pid: int,
     run_kwargs: dict[str, Any],
-    environ: dict[str, str] | None = None,
+    environ: RankEnvironment | None = None,
     leave_with_peers: bool = False,
 ) -> None:
     """Run one rank of one test; the target of every rank process.

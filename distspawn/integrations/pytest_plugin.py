@@ -206,11 +206,11 @@ def _forkserver_class(cls: Any) -> bool:
         return False  # the test itself reports the bad value
 
 
-def adopt_early_rank_server(notes_path: str, list_socket: Any) -> None:
+def adopt_early_rank_server(list_socket: Any, environ_path: str) -> None:
     """Hand a server the light plugin started (before torch was imported) to the launcher."""
-    from ..engine import launch
+    from ..engine import rank_server
 
-    launch.adopt_rank_server(notes_path, list_socket)
+    rank_server.adopt_rank_server(list_socket, environ_path)
 
 
 def _start_rank_server_early(cls: type) -> None:
@@ -228,23 +228,23 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
     are forked with all of it loaded (``engine.warm_modules`` says which
     modules it leaves out and why).
     """
-    from ..engine import launch
+    from ..engine import rank_server
 
     modules = []
     for item in items:
         cls = getattr(item, "cls", None)
         if _forkserver_class(cls) and cls.__module__ not in modules:
             modules.append(cls.__module__)
-    if modules or launch.rank_server_started():
+    if modules or rank_server.rank_server_started():
         _start_quietly(modules)  # also tells an early-started server the list
 
 
 def _start_quietly(modules: list[str], more_to_come: bool = False) -> None:
     # At collection a server that cannot start (a TMPDIR too long for its
     # socket) is no error yet: the first test that starts ranks says why.
-    from ..engine import launch
+    from ..engine import rank_server
 
     try:
-        launch.start_rank_server(modules, more_to_come=more_to_come)
+        rank_server.start_rank_server(modules, more_to_come=more_to_come)
     except ValueError:
         pass

@@ -1,0 +1,306 @@
+"""This test process's rank server: the forkserver every rank is forked from.
+
+The server imports torch, distspawn and the test modules once (see
+``engine.preload`` and ``engine.warm_modules``); each rank forked from it
+starts with all of that loaded. That is only right while a rank could not tell
+the difference from importing it all itself, so before ranks are forked the
+server's report is checked:
+- the server took this process's environment when it started, and again when
+  it was told the test modules; every variable its imports read is recorded,
+  and a rank whose environment differs in one of them would have imported
+  something else: the server is restarted without that test module (or, for
+  its own preload, with the environment as it is now), and the run says so
+  once, naming the module and the variables;
+- a test module the server refused to import (its import failed, or left a
+  thread or a socket running) is imported by each rank itself;
+- where the server could not import its own preload, or cannot be restarted,
+  ranks start afresh (``spawn``) for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import multiprocessing
+import multiprocessing.connection
+import multiprocessing.forkserver
+import os
+import socket
+import sys
+import tempfile
+import threading
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+import distspawn_rank_server
+
+# What the forkserver imports once: the script being run (as multiprocessing
+# does by default), the environment hand-over, then everything a rank needs.
+FORKSERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
+ENVIRON_VAR = distspawn_rank_server.ENVIRON_VAR
+LIST_SOCKET_VAR = distspawn_rank_server.LIST_SOCKET_VAR
+LIST_WAIT_S = 120.0  # for the server to ask for the modules, once its own imports are done
+REPORT_WAIT_S = 900.0  # for it to import them (each probe has its own limit)
+# The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
+UNIX_SOCKET_PATH_MAX = 107
+
+
+class WarmImportWarning(UserWarning):
+    """The rank server did not preload something, or was restarted (the text says why)."""
+
+
+class _Server:
+    """One start of the rank server, as this process knows it."""
+
+    def __init__(self, listening: socket.socket | None, environ_path: str | None) -> None:
+        self.listening = listening  # None once the module list is on its way
+        self.environ_path = environ_path  # removed by the server once read
+        self.report: dict[str, Any] | None = None
+        self.answered = threading.Event()
+        self.checked = False
+        if listening is None:  # no protocol (not Linux): nothing to wait for or check
+            self.answered.set()
+            self.checked = True
+        atexit.register(self.remove_environ_file)
+
+    def remove_environ_file(self) -> None:
+        if self.environ_path is not None:
+            try:
+                os.remove(self.environ_path)
+            except OSError:
+                pass
+
+
+_wanted: list[str] = []  # test modules to preload, in the order asked for
+_excluded: dict[str, str] = {}  # never preloaded again: module -> why
+_server: _Server | None = None
+_spawn_instead: str | None = None  # why ranks start afresh for the rest of the run
+_preload_restarted = False
+_said: set[str] = set()
+
+
+def check_rank_server_address() -> None:
+    """Raise one clear error where the forkserver could not bind its socket here.
+
+    multiprocessing puts it in a directory under ``TMPDIR`` (except where it
+    uses an abstract socket, in some Pythons); a long ``TMPDIR`` makes the
+    path too long, and the bind fails deep inside multiprocessing.
+    """
+    address = multiprocessing.connection.arbitrary_address("AF_UNIX")
+    size = len(os.fsencode(address))
+    if address.startswith("\0") or size <= UNIX_SOCKET_PATH_MAX:
+        return
+    raise ValueError(
+        f"TMPDIR={tempfile.gettempdir()!r} is too long for the rank server: its socket "
+        f"would be {address!r}, {size} bytes, and a Unix socket path "
+        f"takes at most {UNIX_SOCKET_PATH_MAX}. Set TMPDIR to a shorter directory, or "
+        "DISTSPAWN_START_METHOD=spawn (or start_method = \"spawn\" on the class).")
+
+
+def write_environ_file() -> str:
+    """This process's environment, in the file the server takes it from."""
+    fd, path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
+    with os.fdopen(fd, "w") as out:
+        json.dump(dict(os.environ), out)
+    return path
+
+
+def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -> None:
+    """Start this process's forkserver now, unless it runs, with ``modules`` preloaded.
+
+    It starts at the latest when the first rank does. ``more_to_come``: start
+    it at once (it imports torch meanwhile) but let it wait for the rest of the
+    modules, which the next call without ``more_to_come`` sends (the first
+    rank's start makes that call too, so the server never waits for nothing).
+    Under pytest the plugin calls this with ``more_to_come`` when it first
+    collects a multi-process test, and without once collection is over.
+    """
+    for name in modules:
+        if name != "__main__" and name in sys.modules and name not in _wanted:
+            _wanted.append(name)
+    if _server is not None:
+        if not more_to_come:
+            _send_module_list(_server)
+        return
+    check_rank_server_address()
+    _start(send_now=not more_to_come)
+
+
+def _start(send_now: bool) -> None:
+    global _server
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    if not sys.platform.startswith("linux"):  # no abstract sockets: no test modules
+        multiprocessing.forkserver.ensure_running()
+        _server = _Server(None, None)
+        return
+    name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind("\0" + name)  # abstract: nothing on disk to remove
+    listening.listen(1)
+    environ_path = write_environ_file()
+    server = _Server(listening, environ_path)
+    # Read by the server alone (distspawn_rank_server), which then takes the
+    # environment from the file: nothing the tests start inherits them.
+    os.environ.update({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
+    try:
+        multiprocessing.forkserver.ensure_running()
+    except BaseException:
+        listening.close()
+        server.remove_environ_file()
+        raise
+    finally:
+        os.environ.pop(ENVIRON_VAR, None)
+        os.environ.pop(LIST_SOCKET_VAR, None)
+    _server = server
+    if send_now:
+        _send_module_list(server)
+
+
+def adopt_rank_server(list_socket: socket.socket, environ_path: str) -> None:
+    """Take over a server started with this module's protocol elsewhere.
+
+    (The pytest plugin starts one before this process imports torch, so it
+    cannot call this module then.) ``list_socket`` is where the server waits
+    for the modules; ``environ_path`` the environment file it was given.
+    """
+    global _server
+    if _server is not None:
+        list_socket.close()
+        return
+    _server = _Server(list_socket, environ_path)
+
+
+def rank_server_started() -> bool:
+    """Whether this process started its server."""
+    return _server is not None
+
+
+def _send_module_list(server: _Server) -> None:
+    listening, server.listening = server.listening, None
+    if listening is None:
+        return
+    # The server asks once its own imports are done: answered from a thread,
+    # so that this process goes on meanwhile (its first rank waits for the
+    # server anyway). A server that died never asks: the thread gives up.
+    request = json.dumps({"modules": [m for m in _wanted if m not in _excluded],
+                          "sys_path": sys.path, "environ": dict(os.environ)}).encode()
+
+    def converse() -> None:
+        try:
+            listening.settimeout(LIST_WAIT_S)
+            connection, _ = listening.accept()
+            with connection:
+                connection.sendall(request)
+                connection.shutdown(socket.SHUT_WR)
+                connection.settimeout(REPORT_WAIT_S)
+                data = b""
+                while chunk := connection.recv(65536):
+                    data += chunk
+            server.report = json.loads(data) if data else None
+        except (OSError, ValueError):
+            pass
+        finally:
+            listening.close()
+            server.answered.set()
+
+    threading.Thread(target=converse, name="distspawn-rank-server", daemon=True).start()
+
+
+def _say_once(text: str) -> None:
+    if text not in _said:
+        _said.add(text)
+        warnings.warn(f"distspawn: {text}", WarmImportWarning, stacklevel=3)
+
+
+def ranks_may_fork(environ: dict[str, str]) -> bool:
+    """Whether ranks with ``environ`` may be forked from the server now.
+
+    Checks the server's report (waiting for it if it is still importing),
+    restarting the server where a preloaded module read the environment
+    otherwise than ``environ`` has it. False: start these ranks afresh
+    (``spawn``); the run has been told why, once.
+    """
+    global _spawn_instead
+    for _ in range(len(_wanted) + 3):  # each restart leaves a module out, or is the last
+        if _spawn_instead is not None:
+            return False
+        if _server is None:
+            return True
+        _send_module_list(_server)  # nothing when it is on its way already
+        if not _server.answered.wait(REPORT_WAIT_S):
+            _spawn_instead = "the rank server did not finish its start"
+        restart = _what_to_restart_for(_server, environ)
+        if restart is None:
+            return _spawn_instead is None
+        if _live_forked_ranks():
+            return False  # forked from this server: a restart would end them
+        _restart()
+    _spawn_instead = "the rank server kept going stale"
+    return False
+
+
+def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None:
+    global _spawn_instead, _preload_restarted
+    report = server.report
+    if report is None:
+        if not server.checked:
+            _spawn_instead = "the rank server ended before it reported what it preloaded"
+            _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
+            server.checked = True
+        return None
+    if report.get("preload_failures"):
+        name, why = next(iter(report["preload_failures"].items()))
+        _spawn_instead = f"the rank server could not import {name} ({why})"
+        _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
+        return None
+    if not server.checked:
+        server.checked = True
+        for name, why in report.get("refused", {}).items():
+            _say_once(f"test module {name} is not preloaded into the rank server: {why}; "
+                      "each rank imports it itself")
+    broken = report.get("broken")
+    if broken:
+        _excluded[broken["module"]] = broken["why"]
+        _say_once(f"test module {broken['module']} is not preloaded into the rank server: "
+                  f"importing it there failed ({broken['why']}); the server is restarted "
+                  "without it, and each rank imports it itself")
+        return broken["module"]
+    stale_preload = distspawn_rank_server.stale_reads(report.get("preload", {}), environ)
+    if stale_preload:
+        if _preload_restarted:
+            _spawn_instead = (f"the environment changed again in variables the rank server's "
+                              f"preload (torch, distspawn) read: {', '.join(stale_preload[:5])}")
+            _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
+            return None
+        _preload_restarted = True
+        _say_once("the environment changed in variables the rank server's preload (torch, "
+                  f"distspawn) read: {', '.join(stale_preload[:5])}; the server is restarted "
+                  "with the environment as it is now")
+        return "preload"
+    for name, record in report.get("modules", {}).items():
+        stale = distspawn_rank_server.stale_reads(record, environ)
+        if stale:
+            _excluded[name] = "read " + ", ".join(stale[:5])
+            _say_once(f"test module {name} (or a module it imports) read the environment "
+                      f"at import, and ranks have it otherwise ({', '.join(stale[:5])}); the "
+                      "rank server is restarted without it, and each rank imports it itself")
+            return name
+    return None
+
+
+def _live_forked_ranks() -> bool:
+    forked = multiprocessing.context.ForkServerProcess
+    return any(isinstance(p, forked) for p in multiprocessing.active_children())
+
+
+def _restart() -> None:
+    global _server, _spawn_instead
+    stop = getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_stop", None)
+    if stop is None:  # private to multiprocessing (see distspawn.private_apis)
+        _spawn_instead = "this Python's forkserver cannot be restarted"
+        _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
+        return
+    stop()
+    _server = None
+    _start(send_now=True)

@@ -1,0 +1,123 @@
+"""The rank server's first preload: the test process's environment, and what reads it.
+
+Kept outside the ``distspawn`` package, and on the standard library alone, so
+that it runs in the forkserver before anything imports torch: every import the
+server does after it (torch, distspawn, the test modules) sees exactly the
+environment the test process handed over, and every variable those imports
+read is recorded. The test process compares those records with each rank's
+environment before forking the rank (``distspawn.engine.rank_server``).
+
+Why hand the environment over at all: the server's process starts with the
+test process's C-level environment, which can differ from its ``os.environ``.
+(pytest imports ``readline``, which sets ``COLUMNS`` and ``LINES`` there; a
+rank takes the test process's ``os.environ``, so a module imported in the
+server saw variables no rank has.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"  # a JSON file: the environment to take
+LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # where the test modules are told
+# Set by pytest for each test: no import could have depended on its value.
+PER_TEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
+
+
+class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
+    """``os.environ`` itself (the same data), noting every variable read through it.
+
+    Values taken while listing the environment (a copy, ``items()``, a prefix
+    scan such as tqdm's for ``TQDM_*``) are not noted: a module that copies
+    the environment depends on no one variable of it, and counting every
+    variable there (tqdm is imported by torch) would make any change to any
+    variable between tests restart the server.
+    """
+
+    def __getitem__(self, key: str) -> str:
+        try:
+            value = super().__getitem__(key)
+        except KeyError:
+            self._distspawn_reads.setdefault(key, None)
+            raise
+        if key in self._distspawn_listed:
+            self._distspawn_listed.discard(key)  # its next read is a real one
+        else:
+            self._distspawn_reads.setdefault(key, value)
+        return value
+
+    def __iter__(self):
+        names = list(super().__iter__())
+        self._distspawn_listed.update(names)
+        return iter(names)
+
+
+class EnvironRecording:
+    """Records what is read from ``os.environ`` between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._original: Any = None
+        self._recording: Any = None
+
+    def start(self) -> "EnvironRecording":
+        self._original = os.environ
+        recording = object.__new__(_RecordingEnviron)
+        recording.__dict__.update(self._original.__dict__)  # shares the variables themselves
+        recording._distspawn_reads = {}
+        recording._distspawn_listed = set()
+        self._recording = recording
+        os.environ = recording
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        """Stop recording; what was read (variable -> value, None where unset)."""
+        if os.environ is self._recording:
+            os.environ = self._original
+        return dict(self._recording._distspawn_reads)
+
+
+def stale_reads(record: dict[str, str | None], environ: dict[str, str]) -> list[str]:
+    """The variables ``record`` read that ``environ`` has otherwise (empty: none)."""
+    return sorted(key for key, value in record.items()
+                  if key not in PER_TEST_VARIABLES and environ.get(key) != value)
+
+
+def _take_test_process_environ() -> None:
+    path = os.environ.get(ENVIRON_VAR)
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            environ = json.load(f)
+        os.remove(path)
+    except (OSError, ValueError):
+        return  # the test process checks the server's records either way
+    list_socket = os.environ.get(LIST_SOCKET_VAR)
+    os.environ.clear()
+    os.environ.update(environ)
+    if list_socket:  # for the server alone: never in the environment it imports with
+        _server_settings["list_socket"] = list_socket
+
+
+def _look_like_a_rank_process() -> None:
+    # A module imported here is imported, as far as it can tell, in a rank:
+    # some check at import whether they run in a child of the test process
+    # (autoparallel's tests install their DTensor propagator where
+    # ``current_process().name != "MainProcess"``). Ranks take their own names.
+    import multiprocessing
+
+    multiprocessing.current_process().name = "distspawn rank server"
+
+
+_server_settings: dict[str, str] = {}
+_take_test_process_environ()
+_look_like_a_rank_process()
+# Stopped by distspawn.engine.preload once everything a rank needs is imported.
+preload_recording = EnvironRecording().start()
+
+
+def list_socket_name() -> str | None:
+    """The abstract socket the test process tells the test modules on, if any."""
+    return _server_settings.get("list_socket")
