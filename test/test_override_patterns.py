@@ -123,14 +123,17 @@ def test_should_stop_test_suite_is_consulted_as_upstream_does(stop_after):
 
 
 @pytest.mark.parametrize("harness, shared, verdict", [
-    ("distspawn", None, "FAIL"), ("distspawn", "1", "ok"), ("upstream", None, "ok")])
+    ("distspawn", None, "FAIL"), ("distspawn", "1", "ok"), ("upstream", None, "ok"),
+    # run unchanged, a file gets upstream's verdict: the threads share a generator
+    ("stand-in", None, "ok"), ("stand-in", "0", "FAIL")])
 def test_shared_thread_generator_is_one_switch_away(harness, shared, verdict):
-    if harness == "upstream" and not upstream_harness_imports():
+    if harness != "distspawn" and not upstream_harness_imports():
         pytest.skip("torch.testing._internal does not import here")
-    env = {"UPSTREAM_HARNESS": "1" if harness == "upstream" else "0"}
+    env = {"UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1"}
     if shared:
         env["DISTSPAWN_SHARED_THREAD_RNG"] = shared
-    run = run_python(["shared_rng.py", "-v"], env=env)
+    runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
+    run = run_python([*runner, "shared_rng.py", "-v"], env=env)
     assert run.verdict_line("test_ranks_draw_different_numbers").endswith(verdict), run.output
     if verdict == "FAIL":
         report = run.report("test_ranks_draw_different_numbers")

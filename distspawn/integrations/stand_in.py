@@ -7,7 +7,8 @@ set the variable, so that the rank server and every rank inherit it. Before any 
 module is imported, upstream's ``common_distributed`` and ``multi_threaded_pg``
 modules are imported and every name distspawn also defines is replaced, in the
 module itself, by distspawn's: the test cases, skip decorators, ``TEST_SKIPS``
-and the threaded world. Modules imported afterwards that build on them
+and the threaded world (whose rank threads then share one random generator,
+as upstream's do, unless ``DISTSPAWN_SHARED_THREAD_RNG=0`` says otherwise). Modules imported afterwards that build on them
 (``common_dtensor``, ``common_fsdp``, ``distributed_test``, a project's own
 bases) then derive from distspawn's classes as they are, and functions left in
 upstream's module see distspawn's names too, since they read the module's
@@ -105,8 +106,18 @@ def install() -> str | None:
     for upstream_name, ours_name in _REPLACED.items():
         _replace_names(sys.modules[upstream_name], importlib.import_module(ours_name))
     _derive_from_upstreams_testcase()
+    _share_one_generator_between_rank_threads()
     _installed = True
     return None
+
+
+def _share_one_generator_between_rank_threads() -> None:
+    # Files run unchanged get upstream's verdicts, and upstream's rank threads
+    # draw from the process's one generator (some tests rely on the ranks
+    # drawing different numbers). A setting the user made stays.
+    from ..cases.threaded import SHARED_RNG_VAR
+
+    os.environ.setdefault(SHARED_RNG_VAR, "1")
 
 
 def _derive_from_upstreams_testcase() -> None:
