@@ -1,0 +1,12 @@
+"""Upstream's sharded-tensor test base (``distributed/_shard/sharded_tensor``
+under ``torch/testing/_internal/`` in the torch wheel), which pytorch's
+checkpoint and sharding tests build on.
+
+    from distspawn.sharded_tensor import ShardedTensorTestBase, with_comms
+"""
+
+from __future__ import annotations
+
+from .cases.sharded_tensor import TEST_GPU_NUM, ShardedTensorTestBase, with_comms
+
+__all__ = ["TEST_GPU_NUM", "ShardedTensorTestBase", "with_comms"]
