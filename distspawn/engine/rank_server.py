@@ -76,7 +76,6 @@ _wanted: list[str] = []  # test modules to preload, in the order asked for
 _excluded: dict[str, str] = {}  # never preloaded again: module -> why
 _server: _Server | None = None
 _spawn_instead: str | None = None  # why ranks start afresh for the rest of the run
-_preload_restarted = False
 _said: set[str] = set()
 
 
@@ -222,7 +221,7 @@ def ranks_may_fork(environ: dict[str, str]) -> bool:
     (``spawn``); the run has been told why, once.
     """
     global _spawn_instead
-    for _ in range(len(_wanted) + 3):  # each restart leaves a module out, or is the last
+    for _ in range(len(_wanted) + 3):  # a restart leaves a module out, or takes the environment
         if _spawn_instead is not None:
             return False
         if _server is None:
@@ -241,7 +240,7 @@ def ranks_may_fork(environ: dict[str, str]) -> bool:
 
 
 def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None:
-    global _spawn_instead, _preload_restarted
+    global _spawn_instead
     report = server.report
     if report is None:
         if not server.checked:
@@ -268,12 +267,8 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
         return broken["module"]
     stale_preload = distspawn_rank_server.stale_reads(report.get("preload", {}), environ)
     if stale_preload:
-        if _preload_restarted:
-            _spawn_instead = (f"the environment changed again in variables the rank server's "
-                              f"preload (torch, distspawn) read: {', '.join(stale_preload[:5])}")
-            _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
-            return None
-        _preload_restarted = True
+        # Each time (a restart costs what one spawned rank does): classes that
+        # set a variable in setUpClass and remove it after are common.
         _say_once("the environment changed in variables the rank server's preload (torch, "
                   f"distspawn) read: {', '.join(stale_preload[:5])}; the server is restarted "
                   "with the environment as it is now")
