@@ -1,0 +1,243 @@
+"""Real projects' test files, run on upstream's harness and on distspawn, side by side.
+
+Each file of the corpus (``benchmarks/corpus.json``: project, repository,
+commit, path) is run under pytest three ways, one file at a time:
+- ``upstream``: as written, on the harness inside the installed torch;
+- ``stand-in``: as written, with ``--distspawn-stand-in``;
+- ``switched``: a copy beside it with only its imports switched to
+  distspawn's, as README's migration table says (``switch_imports`` below).
+It prints one table, file by file: tests counted, verdicts the same, better
+(upstream skips, distspawn passes), differing, and wall time per harness.
+A test that fails on every harness (a file newer than the torch installed, a
+missing optional package) is left out of the counts, and listed.
+
+The files are not ours, so they are never committed: fetch each project at its
+commit into one folder per project (``--corpus DIR``: ``DIR/torchtitan``,
+``DIR/pytorch``, ...), then
+
+    python benchmarks/corpus.py --corpus /tmp/corpus
+    python benchmarks/corpus.py --corpus /tmp/corpus --only torchtitan --harnesses stand-in
+    python benchmarks/corpus.py --corpus /tmp/corpus --save corpus-verdicts.json
+
+Needs ``torch.testing._internal`` to import (``pip install expecttest``) and
+each project's own test dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from side_by_side import verdicts_from_junit  # noqa: E402
+
+MANIFEST = Path(__file__).resolve().parent / "corpus.json"
+HARNESSES = ("upstream", "stand-in", "switched")
+
+# README's migration table: upstream module -> distspawn module.
+SWITCHED_MODULES = {
+    "torch.testing._internal.common_distributed": "distspawn.compat",
+    "torch.testing._internal.distributed.multi_threaded_pg": "distspawn.multi_threaded_pg",
+    "torch.testing._internal.distributed.distributed_test": "distspawn.distributed_test",
+    "torch.testing._internal.distributed._tensor.common_dtensor": "distspawn.dtensor",
+    "torch.testing._internal.common_fsdp": "distspawn.fsdp",
+    "torch.testing._internal.distributed.fake_pg": "distspawn.fake_pg",
+    "torch.testing._internal.distributed.checkpoint_utils": "distspawn.checkpoint_utils",
+    "torch.testing._internal.distributed._shard.sharded_tensor": "distspawn.sharded_tensor",
+}
+# What distspawn takes over from common_utils (the rest stays upstream's).
+SWITCHED_COMMON_UTILS = {"TestCase", "run_tests", "FILE_SCHEMA", "IS_SANDCASTLE",
+                         "find_free_port", "retry_on_connect_failures"}
+COMMON_UTILS = "torch.testing._internal.common_utils"
+
+
+def switch_imports(source: str) -> str:
+    """``source`` with its imports of upstream's harness switched to distspawn's."""
+    lines = source.splitlines(keepends=True)
+    edits = []
+    for node in ast.walk(ast.parse(source)):
+        replacement = None
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            if node.module in SWITCHED_MODULES:
+                replacement = [(SWITCHED_MODULES[node.module], node.names)]
+            elif node.module == COMMON_UTILS:
+                ours = [a for a in node.names if a.name in SWITCHED_COMMON_UTILS]
+                theirs = [a for a in node.names if a.name not in SWITCHED_COMMON_UTILS]
+                if ours:
+                    replacement = [("distspawn", ours)] + ([(COMMON_UTILS, theirs)] if theirs
+                                                           else [])
+        elif isinstance(node, ast.Import) and all(a.asname for a in node.names
+                                                  if a.name in SWITCHED_MODULES):
+            if any(a.name in SWITCHED_MODULES for a in node.names):
+                text = ", ".join(f"{SWITCHED_MODULES.get(a.name, a.name)} as {a.asname}"
+                                 if a.asname else a.name for a in node.names)
+                edits.append((node, f"import {text}"))
+                continue
+        if replacement:
+            edits.append((node, "; ".join(
+                f"from {module} import "
+                + ", ".join(f"{a.name} as {a.asname}" if a.asname else a.name for a in names)
+                for module, names in replacement)))
+    for node, text in sorted(edits, key=lambda e: e[0].lineno, reverse=True):
+        first, last = node.lineno - 1, node.end_lineno - 1
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        lines[first: last + 1] = [f"{indent}{text}\n"]
+    return "".join(lines)
+
+
+@dataclass(frozen=True)
+class Entry:
+    project: str
+    repository: str
+    commit: str
+    path: str
+    pythonpath: tuple[str, ...] = (".",)
+
+
+def load_manifest(path: Path) -> list[Entry]:
+    """The corpus files listed in ``path``."""
+    data = json.loads(path.read_text())
+    return [Entry(e["project"], e["repository"], e["commit"], e["path"],
+                  tuple(e.get("pythonpath", ["."]))) for e in data["files"]]
+
+
+def run_file(entry: Entry, root: Path, harness: str, timeout: float,
+             ) -> tuple[dict[str, str], float]:
+    """One file on one harness: its verdicts ("Class.test" -> verdict) and seconds."""
+    target = root / entry.path
+    switched = None
+    if harness == "switched":
+        switched = target.with_name(target.stem + "__distspawn.py")
+        switched.write_text(switch_imports(target.read_text()))
+        target = switched
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root / p) for p in entry.pythonpath] + [os.environ.get("PYTHONPATH", "")])}
+    env.pop("DISTSPAWN_STAND_IN", None)
+    env.pop("CI", None)  # upstream's run_tests writes XML reports under CI
+    try:
+        with tempfile.TemporaryDirectory(prefix="distspawn-corpus-") as tmp:
+            junit = Path(tmp) / "junit.xml"
+            command = [sys.executable, "-m", "pytest", str(target), "-q",
+                       "-p", "no:cacheprovider", f"--junitxml={junit}"]
+            if harness == "stand-in":
+                command.append("--distspawn-stand-in")
+            started = time.monotonic()
+            try:
+                subprocess.run(command, env=env, cwd=root, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=timeout, check=False)
+            except subprocess.TimeoutExpired:
+                return {"(whole file)": f"timeout after {timeout:.0f} s"}, timeout
+            elapsed = time.monotonic() - started
+            if not junit.exists():
+                return {"(whole file)": "fail: pytest wrote no report"}, elapsed
+            return verdicts_from_junit(junit), elapsed
+    finally:
+        if switched is not None:
+            switched.unlink(missing_ok=True)
+
+
+def kind(verdict: str | None) -> str:
+    """pass / fail / skip / missing: what is compared (skip reasons may differ)."""
+    if verdict is None:
+        return "missing"
+    return verdict.split(":")[0].split(" ")[0]
+
+
+def compare(upstream: dict[str, str], ours: dict[str, str],
+            everywhere_failing: set[str]) -> dict[str, list[str]]:
+    """Tests by outcome: same, better (upstream skips, ours passes), differ."""
+    outcome: dict[str, list[str]] = {"same": [], "better": [], "differ": []}
+    for name in sorted(set(upstream) | set(ours)):
+        if name in everywhere_failing:
+            continue
+        theirs_kind, ours_kind = kind(upstream.get(name)), kind(ours.get(name))
+        if theirs_kind == ours_kind:
+            outcome["same"].append(name)
+        elif theirs_kind == "skip" and ours_kind == "pass":
+            outcome["better"].append(name)
+        else:
+            outcome["differ"].append(name)
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True,
+                        help="folder with one checkout per project, at the listed commits")
+    parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument("--harnesses", default=",".join(HARNESSES),
+                        help=f"comma-separated, from {', '.join(HARNESSES)} (default: all)")
+    parser.add_argument("--only", default=None, help="run only this project's files")
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds allowed for one file on one harness")
+    parser.add_argument("--save", type=Path, help="write every verdict to this JSON file")
+    args = parser.parse_args(argv)
+    harnesses = args.harnesses.split(",")
+    unknown = sorted(set(harnesses) - set(HARNESSES))
+    if unknown:
+        parser.error(f"--harnesses: unknown {unknown}; expected some of {list(HARNESSES)}")
+    entries = [e for e in load_manifest(args.manifest) if args.only in (None, e.project)]
+    missing = [f"{e.project}/{e.path}" for e in entries
+               if not (args.corpus / e.project / e.path).is_file()]
+    if missing:
+        parser.error(f"--corpus {args.corpus}: not found there: {', '.join(missing[:5])} "
+                     "(fetch each project at its listed commit into a folder named after it)")
+
+    results: dict[str, dict] = {}
+    totals = {h: 0.0 for h in harnesses}
+    header = ["file", "tests", *[f"{h} s" for h in harnesses]] + [
+        f"{h}: same/better/differ" for h in harnesses if h != "upstream"]
+    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
+    for entry in entries:
+        root = args.corpus / entry.project
+        runs = {h: run_file(entry, root, h, args.timeout) for h in harnesses}
+        for harness, (_, seconds) in runs.items():
+            totals[harness] += seconds
+        failing = set.intersection(*[{n for n, v in verdicts.items() if kind(v) != "pass"
+                                      and kind(v) != "skip"} for verdicts, _ in runs.values()])
+        row_results = {"runs": {h: {"verdicts": v, "seconds": s} for h, (v, s) in runs.items()},
+                       "failing_everywhere": sorted(failing)}
+        cells = []
+        if "upstream" in runs:
+            for harness in harnesses:
+                if harness == "upstream":
+                    continue
+                outcome = compare(runs["upstream"][0], runs[harness][0], failing)
+                row_results[harness] = outcome
+                cells.append(f"{len(outcome['same'])}/{len(outcome['better'])}/"
+                             f"{len(outcome['differ'])}")
+        counted = len(set().union(*[v for v, _ in runs.values()]) - failing)
+        results[f"{entry.project}/{entry.path}"] = row_results
+        print(f"| {entry.project}/{entry.path} | {counted} | "
+              + " | ".join(f"{runs[h][1]:.1f}" for h in harnesses)
+              + (" | " + " | ".join(cells) if cells else "") + " |", flush=True)
+    print("\ntotal seconds: " + ", ".join(f"{h} {s:.0f}" for h, s in totals.items()))
+    if "upstream" in totals:
+        for harness in harnesses:
+            if harness != "upstream":
+                print(f"{harness}: {totals['upstream'] / max(totals[harness], 1e-9):.1f}x "
+                      "faster than upstream, summed over files")
+    for name, row in results.items():
+        for harness in harnesses:
+            for test in row.get(harness, {}).get("differ", []):
+                print(f"DIFFER {harness} {name}::{test}: "
+                      f"{row['runs'][harness]['verdicts'].get(test)!r}, upstream "
+                      f"{row['runs']['upstream']['verdicts'].get(test)!r}")
+        if row["failing_everywhere"]:
+            print(f"failing on every harness, not counted: {name}: "
+                  f"{len(row['failing_everywhere'])} tests")
+    if args.save:
+        args.save.write_text(json.dumps(results, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
