@@ -1,0 +1,44 @@
+"""benchmarks/corpus.py switches a file's imports as README's migration table says."""
+
+import ast
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from corpus import compare, switch_imports  # noqa: E402
+
+UPSTREAM_STYLE = '''\
+import os
+import torch.testing._internal.common_distributed as common_distributed
+from torch.testing._internal.common_distributed import (
+    MultiProcessTestCase,
+    skip_if_lt_x_gpu,
+)
+from torch.testing._internal.common_utils import TestCase, instantiate_parametrized_tests, run_tests
+from torch.testing._internal.distributed._tensor.common_dtensor import DTensorTestBase as Base
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+if True:
+    from torch.testing._internal.common_fsdp import FSDPTest
+'''
+
+
+def test_upstream_imports_become_distspawns_and_the_rest_stay():
+    switched = switch_imports(UPSTREAM_STYLE)
+    ast.parse(switched)
+    assert "import distspawn.compat as common_distributed" in switched
+    assert "from distspawn.compat import MultiProcessTestCase, skip_if_lt_x_gpu" in switched
+    assert ("from distspawn import TestCase, run_tests; from torch.testing._internal."
+            "common_utils import instantiate_parametrized_tests") in switched
+    assert "from distspawn.dtensor import DTensorTestBase as Base" in switched
+    assert "from distspawn.fake_pg import FakeStore" in switched
+    assert "    from distspawn.fsdp import FSDPTest\n" in switched
+    assert switched.startswith("import os\n")
+
+
+def test_verdicts_compare_by_kind_and_a_skip_turned_pass_is_better():
+    upstream = {"A.a": "pass", "A.b": "skip: Need at least 2 CUDA devices", "A.c": "fail",
+                "A.d": "pass"}
+    ours = {"A.a": "pass", "A.b": "pass", "A.c": "fail", "A.d": "skip: no"}
+    assert compare(upstream, ours, {"A.c"}) == {"same": ["A.a"], "better": ["A.b"],
+                                                "differ": ["A.d"]}
