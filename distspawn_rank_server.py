@@ -71,17 +71,24 @@ class EnvironRecording:
         os.environ = recording
         return self
 
-    def stop(self) -> dict[str, Any]:
-        """Stop recording; what was read (variable -> value, None where unset)."""
+    def stop(self) -> dict[str, list[str | None]]:
+        """Stop recording; each variable read: [its value when first read, its value
+        now] (None where unset). They differ where the imports set it themselves."""
         if os.environ is self._recording:
             os.environ = self._original
-        return dict(self._recording._distspawn_reads)
+        return {key: [value, os.environ.get(key)]
+                for key, value in self._recording._distspawn_reads.items()}
 
 
-def stale_reads(record: dict[str, str | None], environ: dict[str, str]) -> list[str]:
-    """The variables ``record`` read that ``environ`` has otherwise (empty: none)."""
-    return sorted(key for key, value in record.items()
-                  if key not in PER_TEST_VARIABLES and environ.get(key) != value)
+def stale_reads(record: dict[str, list[str | None]], environ: dict[str, str]) -> list[str]:
+    """The variables ``record`` read that ``environ`` has otherwise (empty: none).
+
+    A variable the imports set themselves after reading it (torch's inductor
+    exports its default cache directory) is also consistent with the value
+    they left: imported again with that value, they would use it as is.
+    """
+    return sorted(key for key, (first, last) in record.items()
+                  if key not in PER_TEST_VARIABLES and environ.get(key) not in {first, last})
 
 
 def _take_test_process_environ() -> None:
