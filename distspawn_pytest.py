@@ -12,6 +12,7 @@ per-worker isolation under pytest-xdist.
 from __future__ import annotations
 
 import fnmatch
+import importlib.abc
 import json
 import multiprocessing.util
 import os
@@ -68,8 +69,72 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     value = os.environ.get(STAND_IN_VAR, "").strip().lower()
     if value not in STAND_IN_ON + STAND_IN_OFF:
         raise pytest.UsageError(_bad_stand_in_value(os.environ[STAND_IN_VAR]))
-    if value in STAND_IN_ON:
-        import distspawn  # noqa: F401 - installs the stand-in when asked
+    if value not in STAND_IN_ON or any(isinstance(f, _StandInTrigger) for f in sys.meta_path):
+        return
+    if any(name in sys.modules for name in _StandInTrigger.WATCHED):
+        import distspawn  # noqa: F401 - a plugin imported the harness: stand in, or say why not
+    else:
+        # distspawn (and torch) are imported, and stand in for upstream's
+        # harness, when a conftest or test module first imports the harness:
+        # a run that never does pays nothing for the mode.
+        sys.meta_path.insert(0, _StandInTrigger())
+
+
+class _StandInTrigger(importlib.abc.MetaPathFinder):
+    """Imports distspawn (which installs the stand-in) right after upstream's harness loads.
+
+    Watched: ``common_distributed``, on which every derived base is built, and
+    ``multi_threaded_pg``, which it imports (and some files import alone). The
+    names are put in once the outer of the two has run its whole body, and
+    before the module that imported it (``common_dtensor``, a test file) takes
+    any of them.
+    """
+
+    WATCHED = ("torch.testing._internal.common_distributed",
+               "torch.testing._internal.distributed.multi_threaded_pg")
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.WATCHED:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenStandIn(spec.loader, self)
+        return spec
+
+    def fire(self, loaded: str) -> None:
+        others_loading = [w for w in self.WATCHED if w != loaded and getattr(
+            getattr(sys.modules.get(w), "__spec__", None), "_initializing", False)]
+        if others_loading:
+            return  # the outer module fires once its body has run
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        import distspawn  # noqa: F401 - installs the stand-in
+
+
+class _ThenStandIn:
+    """A loader that runs the real one, then the stand-in trigger."""
+
+    def __init__(self, loader: Any, trigger: _StandInTrigger) -> None:
+        self._loader = loader
+        self._trigger = trigger
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._loader.exec_module(module)
+        self._trigger.fire(module.__name__)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_code, ... for tracebacks
+        return getattr(self._loader, name)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -189,9 +254,13 @@ def _may_start_rank_processes(file_path: Any) -> bool:
         return False
     # Under the stand-in mode, files that import upstream's harness run on
     # distspawn's engine without naming it.
-    stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
-    if b"distspawn" not in text and not (stand_in and b"torch.testing._internal" in text):
-        return False
+    if b"distspawn" not in text:
+        # Under the stand-in mode, files that import upstream's harness run on
+        # distspawn's engine without naming it; one that names no class that
+        # starts rank processes (it may use common_utils alone) starts nothing.
+        stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
+        return (stand_in and b"torch.testing._internal" in text
+                and bool(PROCESS_RANK_NAMES.search(text)))
     return bool(PROCESS_RANK_NAMES.search(text)) or not THREAD_RANK_NAMES.search(text)
 
 

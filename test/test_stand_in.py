@@ -100,3 +100,10 @@ def test_a_bad_value_is_one_clear_error_before_anything_starts():
 def test_the_script_runner_says_what_it_needs(args, message):
     run = run_python(["-m", "distspawn.stand_in", *args], timeout=120)
     assert run.returncode == 2 and message in run.output, run.output
+
+
+def test_a_run_that_never_imports_upstreams_harness_pays_nothing_for_the_mode():
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--distspawn-stand-in",
+                      "stand_in_untouched.py"], timeout=120)
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

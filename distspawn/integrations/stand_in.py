@@ -82,7 +82,10 @@ def installed() -> bool:
 
 def why_not() -> str | None:
     """Why the mode cannot take over in this process now (None: it can)."""
-    too_late = [name for name in _BUILT_ON_THEM if name in sys.modules]
+    # One still being imported has not taken the names yet: its import is
+    # what brought upstream's harness in (pytest's lazy stand-in).
+    too_late = [name for name in _BUILT_ON_THEM if name in sys.modules
+                and not getattr(sys.modules[name].__spec__, "_initializing", False)]
     if too_late:
         return (f"{', '.join(too_late)} {'was' if len(too_late) == 1 else 'were'} imported "
                 "before distspawn could stand in for upstream's harness (by a conftest or "
