@@ -107,3 +107,12 @@ def test_a_run_that_never_imports_upstreams_harness_pays_nothing_for_the_mode():
                       "stand_in_untouched.py"], timeout=120)
     assert run.returncode == 0 and "1 passed" in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_switched_imports_beside_upstreams_device_type_bases_run_on_distspawn():
+    # instantiate_device_type_tests puts upstream's TestCase first in the
+    # class's MRO; its setUp calls no super(), and used to hide distspawn's.
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "device_type_mix.py"],
+                     timeout=120)
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

@@ -29,7 +29,6 @@ import importlib
 import os
 import runpy
 import sys
-import unittest
 import warnings
 from types import ModuleType
 
@@ -50,7 +49,6 @@ _BUILT_ON_THEM = (
     "torch.testing._internal.distributed._tensor.common_dtensor",
     "torch.testing._internal.distributed.distributed_test",
 )
-_UPSTREAM_TESTCASE_MODULE = "torch.testing._internal.common_utils"
 
 _installed = False
 
@@ -124,21 +122,10 @@ def _share_one_generator_between_rank_threads() -> None:
 
 
 def _derive_from_upstreams_testcase() -> None:
-    # Upstream's harness classes are common_utils.TestCase subclasses, and test
-    # files mix them with other subclasses of it (instantiate_device_type_tests
-    # makes ``class XCPU(CPUTestBase, X)``). Were distspawn's TestCase not one,
-    # that TestCase would come first in such a class's MRO and its setUp, which
-    # calls no super(), would hide distspawn's. Re-based here, distspawn's own
-    # methods still come first and upstream's TestCase runs below them, as
-    # under upstream's harness.
     from ..cases import testcase
 
-    upstream_testcase = importlib.import_module(_UPSTREAM_TESTCASE_MODULE).TestCase
-
-    ours = testcase.TestCase
-    if not issubclass(ours, upstream_testcase):
-        ours.__bases__ = tuple(upstream_testcase if base is unittest.TestCase else base
-                               for base in ours.__bases__)
+    upstream = importlib.import_module(testcase.UPSTREAM_TESTCASE_MODULE).TestCase
+    testcase.derive_from_upstreams_testcase(upstream)
 
 
 def install_if_requested(where: str) -> None:
