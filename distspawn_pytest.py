@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib.abc
-import json
 import multiprocessing.util
 import os
 import re
@@ -265,38 +264,22 @@ def _may_start_rank_processes(file_path: Any) -> bool:
 
 
 def _start_rank_server_early() -> tuple[socket.socket, str] | None:
-    # distspawn.engine.rank_server's protocol, without importing torch.
-    import multiprocessing.forkserver
+    # distspawn.engine.rank_server's hand-over, without importing torch.
+    import multiprocessing
 
-    import distspawn_rank_server as server
+    import distspawn_rank_server
 
     if not sys.platform.startswith("linux") or "forkserver" not in \
             multiprocessing.get_all_start_methods():
         return None
     if os.environ.get("DISTSPAWN_START_METHOD", "forkserver") != "forkserver":
         return None
-    multiprocessing.get_context("forkserver").set_forkserver_preload(SERVER_PRELOAD)
-    name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listening.bind("\0" + name)  # abstract: nothing on disk
-    listening.listen(1)
-    fd, environ_path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
-    with os.fdopen(fd, "w") as out:
-        json.dump(dict(os.environ), out)
-    server_environ = {server.ENVIRON_VAR: environ_path, server.LIST_SOCKET_VAR: name}
-    os.environ.update(server_environ)
     try:
-        multiprocessing.forkserver.ensure_running()
+        return distspawn_rank_server.start_server(SERVER_PRELOAD)
     except OSError:
         # e.g. a TMPDIR too long for the server's socket: no early start; the
         # first test that starts ranks gives distspawn's error saying so.
-        listening.close()
-        os.remove(environ_path)
         return None
-    finally:
-        for key in server_environ:
-            os.environ.pop(key, None)
-    return listening, environ_path
 
 
 def _hand_over_early_server() -> None:

@@ -1,7 +1,10 @@
 """The rank server's first preload: the test process's environment, and what reads it.
 
-Kept outside the ``distspawn`` package, and on the standard library alone, so
-that it runs in the forkserver before anything imports torch: every import the
+Both sides of the hand-over are here: the test process starts the server with
+:func:`start_server` (the pytest plugin does, before it imports torch), and the
+server runs this module first. Kept outside the ``distspawn`` package, and on
+the standard library alone, so that it runs in the forkserver before anything
+imports torch: every import the
 server does after it (torch, distspawn, the test modules) sees exactly the
 environment the test process handed over, and every variable those imports
 read is recorded. The test process compares those records with each rank's
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from typing import Any
 
 ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"  # a JSON file: the environment to take
@@ -128,3 +132,39 @@ preload_recording = EnvironRecording().start()
 def list_socket_name() -> str | None:
     """The abstract socket the test process tells the test modules on, if any."""
     return _server_settings.get("list_socket")
+
+
+# -- in the test process ----------------------------------------------------
+
+def start_server(preload: list[str]) -> tuple[socket.socket, str]:
+    """Start multiprocessing's forkserver with ``preload``, on this hand-over.
+
+    Linux only (an abstract socket: nothing on disk). Returns the socket the
+    server will connect to for the test modules, and the environment file it
+    removes once read. Raises ``OSError`` where the server cannot start,
+    leaving nothing behind.
+    """
+    import multiprocessing.forkserver
+    import tempfile
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
+    name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind("\0" + name)
+    listening.listen(1)
+    fd, environ_path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
+    with os.fdopen(fd, "w") as out:
+        json.dump(dict(os.environ), out)
+    # Read by the server alone, which then takes the environment from the
+    # file: nothing the tests start inherits them.
+    os.environ.update({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
+    try:
+        multiprocessing.forkserver.ensure_running()
+    except BaseException:
+        listening.close()
+        os.remove(environ_path)
+        raise
+    finally:
+        os.environ.pop(ENVIRON_VAR, None)
+        os.environ.pop(LIST_SOCKET_VAR, None)
+    return listening, environ_path

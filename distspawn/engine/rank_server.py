@@ -38,8 +38,6 @@ import distspawn_rank_server
 # What the forkserver imports once: the script being run (as multiprocessing
 # does by default), the environment hand-over, then everything a rank needs.
 FORKSERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
-ENVIRON_VAR = distspawn_rank_server.ENVIRON_VAR
-LIST_SOCKET_VAR = distspawn_rank_server.LIST_SOCKET_VAR
 LIST_WAIT_S = 120.0  # for the server to ask for the modules, once its own imports are done
 REPORT_WAIT_S = 900.0  # for it to import them (each probe has its own limit)
 # The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
@@ -97,14 +95,6 @@ def check_rank_server_address() -> None:
         "DISTSPAWN_START_METHOD=spawn (or start_method = \"spawn\" on the class).")
 
 
-def write_environ_file() -> str:
-    """This process's environment, in the file the server takes it from."""
-    fd, path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
-    with os.fdopen(fd, "w") as out:
-        json.dump(dict(os.environ), out)
-    return path
-
-
 def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -> None:
     """Start this process's forkserver now, unless it runs, with ``modules`` preloaded.
 
@@ -128,32 +118,14 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
 
 def _start(send_now: bool) -> None:
     global _server
-    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
     if not sys.platform.startswith("linux"):  # no abstract sockets: no test modules
+        multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
         multiprocessing.forkserver.ensure_running()
         _server = _Server(None, None)
         return
-    name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
-    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listening.bind("\0" + name)  # abstract: nothing on disk to remove
-    listening.listen(1)
-    environ_path = write_environ_file()
-    server = _Server(listening, environ_path)
-    # Read by the server alone (distspawn_rank_server), which then takes the
-    # environment from the file: nothing the tests start inherits them.
-    os.environ.update({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
-    try:
-        multiprocessing.forkserver.ensure_running()
-    except BaseException:
-        listening.close()
-        server.remove_environ_file()
-        raise
-    finally:
-        os.environ.pop(ENVIRON_VAR, None)
-        os.environ.pop(LIST_SOCKET_VAR, None)
-    _server = server
+    _server = _Server(*distspawn_rank_server.start_server(FORKSERVER_PRELOAD))
     if send_now:
-        _send_module_list(server)
+        _send_module_list(_server)
 
 
 def adopt_rank_server(list_socket: socket.socket, environ_path: str) -> None:
