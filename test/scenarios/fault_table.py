@@ -90,6 +90,9 @@ class Cases:
 
     def test_every_rank_raises(self):
         self.group()
+        # Every rank is connected before any leaves: gloo builds its mesh
+        # lazily, and a peer still connecting would fail on the departure.
+        dist.barrier()
         print(f"rank {self.rank} about to raise", flush=True)
         raise ValueError(f"rank {self.rank} fails on its own")
 
