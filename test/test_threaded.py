@@ -305,3 +305,16 @@ def test_seed_and_random_functions_are_restored_after_the_test():
     assert result.wasSuccessful(), result.failures + result.errors
     assert current() == originals
     assert "uniform_" not in vars(torch.Tensor)  # inherited again, as before
+
+
+@pytest.mark.parametrize("change", ["field", "global"])
+def test_state_torch_adds_to_world_is_per_rank_thread_without_a_list(change):
+    run = run_python(["threaded_new_world_field.py", "-v"], env={"WORLD_CHANGE": change})
+    assert run.verdict_line("test_each_rank_thread_has_its_own").endswith("ok"), run.output
+
+
+def test_a_world_that_no_longer_builds_is_one_skip_naming_it():
+    run = run_python(["threaded_new_world_field.py", "-v"], env={"WORLD_CHANGE": "broken"})
+    line = run.verdict_line("test_each_rank_thread_has_its_own")
+    assert "skipped" in line and "torch.distributed.distributed_c10d._World" in line, run.output
+    assert "AttributeError" not in run.output

@@ -16,9 +16,10 @@ everything else imports.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -70,50 +71,121 @@ def missing_threaded_hooks() -> list[str]:
             missing.append(f"torch.distributed.distributed_c10d.{name}")
     if not hasattr(torch._C._distributed_c10d, "_set_thread_isolation_mode"):
         missing.append("torch._C._distributed_c10d._set_thread_isolation_mode")
+    if not missing:
+        try:
+            _per_thread_world_class()
+        except WorldShapeChanged as exc:
+            missing.append(f"torch.distributed.distributed_c10d._World as built with no "
+                           f"arguments ({exc.__cause__!r})")
     return missing
 
 
 # -- per-thread c10d state -------------------------------------------------------
+#
+# c10d keeps its state in one ``_World`` (``distributed_c10d._world``): fields
+# its ``__init__`` sets (the default group, coalescing state, flight-recorder
+# hooks in newer releases, ...) and properties over module globals
+# (``pg_map`` is the global ``_pg_map``, ...). Each rank thread needs its own of
+# all of it. The split is read from torch's own class, not listed by hand (a
+# list goes stale with each release, and a field torch adds then exists in no
+# rank thread):
+# - every field a new ``_World()`` sets is kept per thread, each thread
+#   starting from a new world's values;
+# - every property whose value two new worlds share (a module global) is
+#   replaced by a per-thread one, starting from an empty value of its type.
 
-_WORLD_FIELDS: dict[str, Any] = {
-    "default_pg": lambda: None,
-    "pg_map": dict,
-    "pg_names": dict,
-    "pg_group_ranks": dict,
-    "pg_backend_config": dict,
-    "group_count": lambda: 0,
-    "tags_to_pg": dict,
-    "pg_to_tag": dict,
-    "pg_coalesce_state": dict,
-    "comms": list,
-}
+class WorldShapeChanged(RuntimeError):
+    """torch's ``_World`` no longer has the shape the per-thread world is built from."""
+
+
+def _empty_like(value: Any) -> Callable[[], Any]:
+    if value is None:
+        return lambda: None
+    kind = type(value)
+    return kind  # dict(), list(), set(), int() -> 0, ...
+
+
+def _shared_properties(base: type) -> dict[str, Callable[[], Any]]:
+    """The properties of ``base`` backed by state every instance shares, with a
+    maker of each one's starting value."""
+    first, second = base(), base()
+    shared = {}
+    for name in dir(base):
+        prop = inspect.getattr_static(base, name, None)
+        if not isinstance(prop, property) or prop.fget is None:
+            continue
+        try:
+            value = getattr(first, name)
+        except Exception:  # noqa: BLE001 - a property that needs more state: derived
+            continue
+        if prop.fset is not None:
+            probe = object()
+            setattr(first, name, probe)
+            try:
+                is_shared = getattr(second, name) is probe
+            finally:
+                setattr(first, name, value)
+        else:
+            is_shared = value is getattr(second, name) and isinstance(
+                value, (dict, list, set))
+        if is_shared:
+            shared[name] = _empty_like(value)
+    return shared
 
 
 @functools.lru_cache(maxsize=None)
 def _per_thread_world_class():
     """A ``_World`` whose state is separate in every thread (built on first use)."""
     base = dist.distributed_c10d._World
+    try:
+        fields = set(vars(base()))
+        shared = _shared_properties(base)
+    except Exception as exc:  # noqa: BLE001 - reported by name, never inside a rank
+        raise WorldShapeChanged(
+            "torch.distributed.distributed_c10d._World no longer builds as the threaded "
+            f"backend expects ({type(exc).__name__}: {exc}); threaded tests cannot run "
+            f"on torch {torch.__version__}") from exc
 
-    def field_property(name, make):
+    class ThreadState(threading.local):
+        def __init__(self) -> None:
+            # A new world's fields, for this thread (runs once in each thread).
+            self.__dict__.update(vars(base()))
+            for name, make in shared.items():
+                self.__dict__[name] = make()
+
+    def state_property(name: str) -> property:
         def get(self):
-            state = self._local.__dict__
-            if name not in state:
-                state[name] = make()
-            return state[name]
+            return self._distspawn_state.__dict__[name]
 
         def set_(self, value):
-            self._local.__dict__[name] = value
+            self._distspawn_state.__dict__[name] = value
 
         return property(get, set_)
 
-    namespace = {name: field_property(name, make) for name, make in _WORLD_FIELDS.items()}
-
     def __init__(self):  # noqa: N807
-        self._local = threading.local()
+        object.__setattr__(self, "_distspawn_state", ThreadState())
 
-    namespace["__init__"] = __init__
+    def __getattr__(self, name):  # noqa: N807 - a field set after __init__ only
+        state = object.__getattribute__(self, "_distspawn_state").__dict__
+        try:
+            return state[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):  # noqa: N807
+        if isinstance(inspect.getattr_static(type(self), name, None), property):
+            object.__setattr__(self, name, value)  # its setter sets a field, below
+        else:
+            self._distspawn_state.__dict__[name] = value
+
+    # A property each, so that reading one takes no detour (rank threads read
+    # them on every collective).
+    namespace = {name: state_property(name) for name in fields | set(shared)}
+    namespace.update(__init__=__init__, __getattr__=__getattr__, __setattr__=__setattr__)
     namespace["_get_world"] = lambda self: self  # upstream's accessor for the state
     namespace["__doc__"] = "c10d's world state, kept separately for each rank thread."
+    namespace["per_thread_fields"] = frozenset(fields)
+    namespace["per_thread_properties"] = frozenset(shared)
     return type("PerThreadWorld", (base,), namespace)
 
 
