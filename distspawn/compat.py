@@ -14,12 +14,14 @@ from . import __all__ as _public
 from .fixtures import tempdirs as _tempdirs
 from .cases.distributed_base import _dynamo_dist_per_rank_init  # noqa: F401
 from .fixtures.environment import IS_LINUX  # noqa: F401
+from .fixtures.helpers import core_dumps_disabled  # noqa: F401
 from .fixtures.skips import _maybe_handle_skip_if_lt_x_gpu  # noqa: F401
+from .fixtures.skips import _rocm_version as _rocm_version_tuple  # noqa: F401
 
 logger = logging.getLogger("distspawn")
 
 _EXTRA = ["IS_LINUX", "logger", "tmp_dir", "_dynamo_dist_per_rank_init",
-          "_maybe_handle_skip_if_lt_x_gpu"]
+          "_maybe_handle_skip_if_lt_x_gpu", "core_dumps_disabled", "_rocm_version_tuple"]
 __all__ = list(_public) + _EXTRA
 
 

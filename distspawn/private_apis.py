@@ -158,8 +158,13 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                may_be_missing=True),
     PrivateAPI("torch.testing._internal.distributed.multi_threaded_pg",
                "integrations.stand_in", "as for common_distributed", may_be_missing=True),
-    PrivateAPI("torch.testing._internal.common_utils.TestCase", "integrations.stand_in",
-               "as for common_distributed", may_be_missing=True),
+    PrivateAPI("torch.testing._internal.common_utils.TestCase", "integrations.stand_in, "
+               "cases.testcase", "as for common_distributed; with imports switched, a class "
+               "mixing it in is not re-based (only looked up where a test file imported it)",
+               may_be_missing=True),
+    PrivateAPI("torch.distributed.distributed_c10d._World().default_pg", "backends.threaded_pg",
+               "the per-thread world is built from what a new _World() sets and shares; "
+               "where it no longer builds, threaded tests skip naming it"),
     PrivateAPI("torch.testing._internal.distributed._tensor.common_dtensor",
                "integrations.stand_in", "named only: imported before the mode could act, "
                "it is why the mode cannot take over", may_be_missing=True),

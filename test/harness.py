@@ -154,3 +154,11 @@ def scenario_verdicts(module: str, env: dict[str, str] | None = None) -> tuple[d
     lines = [line for line in run.output.splitlines() if line.startswith("VERDICTS ")]
     assert lines, run.output
     return json.loads(lines[-1][len("VERDICTS "):]), run
+
+
+def needs_gpus(count: int) -> str:
+    """The words a "needs ``count`` GPUs" skip has on the installed torch release
+    ("... CUDA devices" up to 2.13, "... accelerator devices" from 2.14)."""
+    from distspawn.fixtures.skips import gpu_count_skip
+
+    return gpu_count_skip(count).message

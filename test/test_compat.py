@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import distspawn.compat
-from harness import scenario_verdicts, upstream_module_imports
+from harness import scenario_verdicts, upstream_module_imports, needs_gpus
 
 UPSTREAM = Path(torch.__file__).parent / "testing" / "_internal" / "common_distributed.py"
 
@@ -22,7 +22,7 @@ EXPECTED_VERDICTS = {
     "UpstreamStyleTest.test_assertion_on_rank1_fails": "fail",
     "UpstreamStyleTest.test_debug_levels_are_set": "pass",
     "UpstreamStyleTest.test_exception_on_rank0_fails": "fail",
-    "UpstreamStyleTest.test_needs_two_gpus_skips": "skip: Need at least 2 CUDA devices",
+    "UpstreamStyleTest.test_needs_two_gpus_skips": ("skip: " + needs_gpus(2)),
     "UpstreamStyleTest.test_subtests_pass": "pass",
     "UpstreamStyleTest.test_sys_exit_nonzero_fails": "fail",
     "UpstreamStyleTest.test_unittest_skip_on_all_ranks": "skip: nothing to do here",

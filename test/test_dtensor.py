@@ -8,13 +8,13 @@ imports, once on upstream's harness: same verdicts.
 
 import pytest
 
-from harness import run_python, scenario_verdicts, upstream_module_imports
+from harness import needs_gpus, run_python, scenario_verdicts, upstream_module_imports
 
 EXPECTED = {
     "DTensorBasics.test_2d_mesh": "pass",
     "DTensorBasics.test_checkpoint_into_one_shared_dir": "pass",
     "DTensorBasics.test_mlp_tensor_parallel_matches_local": "pass",
-    "DTensorBasics.test_needs_gpus": "skip: Need at least 4 CUDA devices",
+    "DTensorBasics.test_needs_gpus": ("skip: " + needs_gpus(4)),
     "DTensorBasics.test_op_on_every_sharding": "pass",
     "DTensorBasics.test_rank_1_fails_inside_with_comms": "fail",
     "DTensorBasics.test_shard_and_redistribute_on_a_1d_mesh": "pass",

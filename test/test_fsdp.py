@@ -10,14 +10,14 @@ for GPUs skips.
 import pytest
 import torch
 
-from harness import run_python, scenario_verdicts, upstream_module_imports
+from harness import run_python, scenario_verdicts, upstream_module_imports, needs_gpus
 
 EXPECTED = {
     "CompiledOrNot.test_eager_run_always_happens": "pass",
     "FullyShardOnReusedRanks.test_fully_shard_matches_replicated_training_on_reused_ranks":
         "pass",
     "FullyShardOnRanks.test_fully_shard_matches_replicated_training": "pass",
-    "FullyShardOnRanks.test_needs_two_gpus": "skip: Need at least 2 CUDA devices",
+    "FullyShardOnRanks.test_needs_two_gpus": ("skip: " + needs_gpus(2)),
     "FullyShardOnRanks.test_rank_1_fails": "fail",
     "FullyShardOnRanks.test_reduce_scatter_sees_the_unsharded_gradient": "pass",
     "FullyShardOnThreads.test_world_on_threads": "pass",

@@ -14,11 +14,11 @@ reached for, where upstream's FSDPTest skips every test.
 import pytest
 import torch
 
-from harness import run_python, scenario_verdicts, upstream_module_imports
+from harness import run_python, scenario_verdicts, upstream_module_imports, needs_gpus
 
 NO_GPU = not torch.cuda.is_available()
-ACCELERATOR_SKIP = "skip: Need at least 2 CUDA devices (the test needs an accelerator, and " \
-                   "this machine has none: "
+ACCELERATOR_SKIP = ("skip: " + needs_gpus(2) + " (the test needs an accelerator, and "
+                   "this machine has none: ")
 EXPECTED = {
     "ModelHelpers.test_broadcast_state_dict": "pass",
     "ModelHelpers.test_expert_weights_differ_across_ranks": "pass",

@@ -1,37 +1,69 @@
 """Skip codes and decorators: upstream's values, no KeyError, env restored exactly."""
 
+import json
 import os
+import subprocess
+import sys
 import unittest
 
 import pytest
 
 import distspawn
 from distspawn import TEST_SKIPS, skip_if_lt_x_gpu, with_nccl_blocking_wait
+from distspawn.engine.exit_codes import skip_message_for
 from distspawn.fixtures.skips import environ_overrides, gpu_count_skip
 
 
-def test_codes_and_messages_are_upstreams():
+GPU_COUNT_CODES = {1: 75, 2: 77, 3: 80, 4: 81, 5: 82, 6: 83, 7: 84, 8: 85}
+
+
+def test_codes_and_messages_are_upstreams_in_both_spellings():
+    # multi-gpu-N up to torch 2.13, multi-device-N from 2.14: files written
+    # for either release find theirs.
     codes = {name: skip.exit_code for name, skip in TEST_SKIPS.items()}
     assert codes == {
         "backend_unavailable": 72, "small_worldsize": 73, "odd_worldsize": 87, "no_cuda": 74,
-        "multi-gpu-1": 75, "multi-gpu-2": 77, "multi-gpu-3": 80, "multi-gpu-4": 81,
-        "multi-gpu-5": 82, "multi-gpu-6": 83, "multi-gpu-7": 84, "multi-gpu-8": 85,
         "nccl": 76, "skipIfRocm": 78, "no_peer_access": 79, "generic": 86, "importerror": 88,
         "no_accelerator": 89,
+        **{f"multi-gpu-{n}": code for n, code in GPU_COUNT_CODES.items()},
+        **{f"multi-device-{n}": code for n, code in GPU_COUNT_CODES.items()},
     }
     assert TEST_SKIPS["multi-gpu-2"].message == "Need at least 2 CUDA devices"
+    assert TEST_SKIPS["multi-device-2"].message == "Need at least 2 accelerator devices"
+    assert TEST_SKIPS["multi-device-1"].message == "Need at least 1 accelerator device"
     assert distspawn.TEST_ERROR_EXIT_CODE == 10
     assert distspawn.DEFAULT_WORLD_SIZE == 4
 
 
+def _upstreams_skips():
+    probe = subprocess.run(
+        [sys.executable, "-c", "import json; from torch.testing._internal.common_distributed "
+         "import TEST_SKIPS as T; print(json.dumps({k: [v.exit_code, v.message] "
+         "for k, v in T.items()}))"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("upstream's harness does not import here")
+    return json.loads(probe.stdout.splitlines()[-1])
+
+
+def test_every_upstream_skip_is_here_and_a_code_reads_as_the_installed_release_says():
+    upstream = _upstreams_skips()
+    for name, (code, message) in upstream.items():
+        assert (TEST_SKIPS[name].exit_code, TEST_SKIPS[name].message) == (code, message), name
+        assert skip_message_for(code) == message, name
+    count_key = next(k for k in upstream if k.endswith("-2") and k.startswith("multi-"))
+    assert gpu_count_skip(2) == TEST_SKIPS[count_key]
+
+
 def test_more_than_eight_gpus_does_not_keyerror():
-    assert gpu_count_skip(16).message == "Need at least 16 CUDA devices"
+    assert gpu_count_skip(16).message in ("Need at least 16 CUDA devices",
+                                          "Need at least 16 accelerator devices")
+    assert gpu_count_skip(16).exit_code == 85
 
     @skip_if_lt_x_gpu(16)
     def needs_many():
         raise AssertionError("must not run")
 
-    with pytest.raises(unittest.SkipTest, match="Need at least 16 CUDA devices"):
+    with pytest.raises(unittest.SkipTest, match="Need at least 16 (CUDA|accelerator) devices"):
         needs_many()  # outside a rank process a skip is a SkipTest, not sys.exit
 
 

@@ -6,6 +6,8 @@ import sys
 import unittest
 
 import pytest
+
+from harness import needs_gpus
 import torch
 import torch.distributed as dist
 
@@ -99,7 +101,7 @@ def test_init_multigpu_helper_skips_instead_of_empty_lists():
     if torch.cuda.device_count() >= 2:
         assert distspawn.init_multigpu_helper(2, "nccl") == {0: [0], 1: [1]}
         return
-    with pytest.raises(unittest.SkipTest, match="Need at least 2 CUDA devices"):
+    with pytest.raises(unittest.SkipTest, match=needs_gpus(2)):
         distspawn.init_multigpu_helper(2, "nccl")
 
 

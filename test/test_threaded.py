@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from distspawn import MultiThreadedTestCase, threaded_world
 from distspawn.backends.threaded_pg import CollectiveTimeoutError, active_session
-from harness import run_python
+from harness import run_python, needs_gpus
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_skip_on_some_ranks_fails_and_says_who(faults):
 
 def test_sys_exit_with_a_skip_code_skips(faults):
     assert faults.verdict_line("test_exit_with_skip_code").endswith(
-        "skipped 'Need at least 2 CUDA devices'")
+        f"skipped '{needs_gpus(2)}'")
 
 
 def test_sys_exit_nonzero_fails(faults):

@@ -32,6 +32,7 @@ from ..fixtures.fsdp_device import (
     get_devtype,
 )
 from ..fixtures.helpers import reset_dynamo, run_subtests
+from ..fixtures.skips import gpu_count_skip
 from .continuous import MultiProcContinuousTest
 from .fsdp_parity import FSDPParityMixin
 from .multiprocess import MultiProcessTestCase
@@ -72,8 +73,7 @@ def _skip_if_it_needs_an_accelerator(fn: Callable, test: Any) -> Callable:
             need = accelerator_missing_in(error)
             if need is None:
                 raise
-            devices = TEST_SKIPS.get(f"multi-gpu-{test.world_size}")
-            prefix = devices.message if devices is not None else "Needs an accelerator"
+            prefix = gpu_count_skip(test.world_size).message
             raise unittest.SkipTest(
                 f"{prefix} (the test needs an accelerator, and this machine has none: "
                 f"{need})") from None

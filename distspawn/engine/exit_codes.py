@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .releases import upstream_says_multi_device
+
 TEST_ERROR_EXIT_CODE: int = 10
 
 
@@ -39,11 +41,24 @@ GPU_COUNT_CODES = (75, 77, 80, 81, 82, 83, 84, 85)
 TEST_SKIPS: dict[str, TestSkip] = {
     name: TestSkip(code, message) for name, code, message in _NAMED_SKIPS
 }
-TEST_SKIPS.update(
-    (f"multi-gpu-{count}",
-     TestSkip(code, f"Need at least {count} CUDA device{'s' if count > 1 else ''}"))
-    for count, code in enumerate(GPU_COUNT_CODES, start=1)
-)
+
+
+def _device_count_skips(key: str, devices: str) -> dict[str, TestSkip]:
+    return {f"{key}-{count}": TestSkip(
+        code, f"Need at least {count} {devices}{'s' if count > 1 else ''}")
+        for count, code in enumerate(GPU_COUNT_CODES, start=1)}
+
+
+# Both spellings, so that files written for torch 2.13 and for 2.14 on run
+# alike; the installed release's comes first, so that its words report a skip
+# by code (skip_message_for) and name the skips distspawn's own decorators take.
+_SPELLINGS = [_device_count_skips("multi-gpu", "CUDA device"),
+              _device_count_skips("multi-device", "accelerator device")]
+if upstream_says_multi_device():
+    _SPELLINGS.reverse()
+for _spelling in _SPELLINGS:
+    TEST_SKIPS.update(_spelling)
+DEVICE_COUNT_KEY = "multi-device" if upstream_says_multi_device() else "multi-gpu"
 
 
 def skip_message_for(exit_code: int | None) -> str | None:

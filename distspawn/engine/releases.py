@@ -1,0 +1,32 @@
+"""What differs between the torch releases distspawn runs on, decided here.
+
+Each answer comes from a check of what the installed torch has (never from
+comparing version numbers), and each says what the other answer costs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+
+@functools.lru_cache(maxsize=None)
+def upstream_says_multi_device() -> bool:
+    """Whether the installed torch's harness names its "needs N GPUs" skips
+    ``multi-device-N`` ("Need at least N accelerator devices", 2.14 on) rather
+    than ``multi-gpu-N`` ("Need at least N CUDA devices").
+
+    Both spellings are in ``TEST_SKIPS`` either way (files written for either
+    release run); this picks the words a skip with one of those codes is
+    reported with, as the installed release would report it. Read from the
+    harness's source text, which is data here: the module is not imported.
+    """
+    import torch
+
+    source = os.path.join(os.path.dirname(torch.__file__), "testing", "_internal",
+                          "common_distributed.py")
+    try:
+        with open(source, encoding="utf-8") as f:
+            return '"multi-device-' in f.read()
+    except OSError:
+        return False  # no harness shipped: the older words
