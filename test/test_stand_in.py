@@ -31,8 +31,10 @@ FALLBACK = "running on upstream's harness unchanged"
 
 
 def verdicts(output: str) -> dict[str, str]:
-    return {name: verdict for name, verdict in
-            re.findall(r"::(\w+::\w+) (PASSED|FAILED|SKIPPED)", output)}
+    # A rank's warning can land between a test's name and its verdict (a CUDA
+    # build without a GPU warns "No CUDA runtime is found" at import).
+    return {name: verdict for name, verdict in re.findall(
+        r"::(\w+::\w+) (?:[^\n]*\n)??[^\n]*?\b(PASSED|FAILED|SKIPPED)\b[^\n]*\[\s*\d+%\]", output)}
 
 
 def pytest_run(*extra: str, env: dict | None = None):

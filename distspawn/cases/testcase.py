@@ -24,6 +24,7 @@ import torch
 from ..fixtures.device_probe import has_accelerator
 from .assertions import UpstreamAssertions, cuda_sync_failed
 from ..fixtures.environment import SEED
+from ..fixtures.helpers import reset_dynamo
 
 __all__ = ["TestCase", "run_tests", "set_rng_seed", "rerun_command"]
 
@@ -166,6 +167,11 @@ class TestCase(UpstreamAssertions, unittest.TestCase):
     def setUp(self) -> None:
         super().setUp()
         set_rng_seed()
+
+    @staticmethod
+    def _reset_dynamo_if_imported() -> None:
+        """Reset torch.compile's state where a test brought dynamo in (upstream's, 2.15)."""
+        reset_dynamo()
 
     def _should_stop_test_suite(self) -> bool:
         """Whether the rest of a unittest run should be skipped after this test.

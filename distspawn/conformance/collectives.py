@@ -20,6 +20,7 @@ from .common import (
     generated,
     lacks_collective,
     on_placement,
+    skip_if_backend_lacks,
     supports,
     value_of,
 )
@@ -202,7 +203,8 @@ class CollectiveTests:
             me = at.group_rank if at.member else -1
             outgoing = [full(100.0 * me + j, size=2) for j in range(at.size)]
             incoming = [full(-1.0, size=2) for _ in range(at.size)]
-            finish(dist.all_to_all(incoming, outgoing, group=at.group), False, at)
+            with skip_if_backend_lacks(self, "all_to_all"):
+                finish(dist.all_to_all(incoming, outgoing, group=at.group), False, at)
             if at.member:
                 self.assertEqual(incoming, [full(100.0 * i + me, size=2)
                                             for i in range(at.size)])
@@ -213,7 +215,8 @@ class CollectiveTests:
             me = at.group_rank if at.member else -1
             outgoing = torch.cat([full(100.0 * me + j, size=2) for j in range(at.size)])
             incoming = torch.full((2 * at.size,), -1.0)
-            finish(dist.all_to_all_single(incoming, outgoing, group=at.group), False, at)
+            with skip_if_backend_lacks(self, "all_to_all_single"):
+                finish(dist.all_to_all_single(incoming, outgoing, group=at.group), False, at)
             if at.member:
                 self.assertEqual(incoming, torch.cat([full(100.0 * i + me, size=2)
                                                       for i in range(at.size)]))
@@ -227,8 +230,9 @@ class CollectiveTests:
             recv_sizes = [i + g + 1 for i in range(at.size)]
             outgoing = torch.cat([full(10.0 * g + j, size=n) for j, n in enumerate(send_sizes)])
             incoming = torch.full((sum(recv_sizes),), -1.0)
-            finish(dist.all_to_all_single(incoming, outgoing, recv_sizes, send_sizes,
-                                          group=at.group), False, at)
+            with skip_if_backend_lacks(self, "all_to_all_single with unequal splits"):
+                finish(dist.all_to_all_single(incoming, outgoing, recv_sizes, send_sizes,
+                                              group=at.group), False, at)
             if at.member:
                 want = torch.cat([full(10.0 * i + g, size=n) for i, n in enumerate(recv_sizes)])
                 self.assertEqual(incoming, want)
@@ -281,7 +285,8 @@ class CollectiveTests:
             tensor = torch.full((5,), value_of(dist.get_rank()), dtype=dtype)
             if dtype.is_complex:
                 tensor = tensor * (1 + 2j)
-            dist.all_reduce(tensor)
+            with skip_if_backend_lacks(self, "all_reduce", dtype):
+                dist.all_reduce(tensor)
             want = torch.full((5,), sum(value_of(r) for r in range(world)), dtype=dtype)
             if dtype.is_complex:
                 want = want * (1 + 2j)
@@ -293,7 +298,8 @@ class CollectiveTests:
             src = dist.get_world_size() - 1
             tensor = (torch.arange(6, dtype=torch.float64).to(dtype) if dist.get_rank() == src
                       else torch.zeros(6, dtype=dtype))
-            dist.broadcast(tensor, src)
+            with skip_if_backend_lacks(self, "broadcast", dtype):
+                dist.broadcast(tensor, src)
             self.assertEqual(tensor, torch.arange(6, dtype=torch.float64).to(dtype))
 
     del _dtype, _label, _need, _test

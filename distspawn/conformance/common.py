@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, Callable
@@ -107,3 +109,34 @@ def on_placement(kind: str) -> Callable:
 
 def full(value: float, dtype: torch.dtype = torch.float32, size: int = 3) -> torch.Tensor:
     return torch.full((size,), value, dtype=dtype)
+
+
+# How backends say they lack an op or a dtype (gloo: "Backend gloo does not
+# support alltoall" before it had one; "Invalid scalar type" for complex
+# tensors on torch 2.8).
+_LACKS = re.compile(r"does not support|not supported|unsupported|invalid scalar type", re.I)
+
+
+@contextlib.contextmanager
+def skip_if_backend_lacks(test: Any, op: str, dtype: torch.dtype | None = None):
+    """Run the block; where the backend says it lacks ``op`` (for ``dtype``), every
+    rank skips the test, naming the backend, the op and the torch release.
+
+    A backend refuses such a call before any data moves; the ranks then agree
+    on the default group (a rank outside the op's group learns it there too),
+    so that all skip alike. Anything else raised, or a wrong result, still
+    fails.
+    """
+    refused = ""
+    try:
+        yield
+    except (RuntimeError, NotImplementedError, ValueError, TypeError) as error:
+        if not _LACKS.search(str(error)):
+            raise
+        refused = str(error).strip().splitlines()[0][:200]
+    anyone = torch.tensor([1 if refused else 0])
+    dist.all_reduce(anyone, op=dist.ReduceOp.MAX)
+    if anyone.item():
+        what = op if dtype is None else f"{op} on {str(dtype).split('.')[-1]}"
+        test.skipTest(f"BACKEND={backend()} on torch {torch.__version__} cannot do {what}"
+                      + (f": {refused}" if refused else " (another rank was refused)"))
