@@ -8,6 +8,7 @@ TEMP_DIR set, which is what this test runs::
     python -m distspawn examples/plugin_conformance.py --backend wrapped_gloo --world-size 2
 """
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,5 +27,11 @@ def test_the_plugin_backend_passes_the_conformance_suite():
     # Skipped: monitored_barrier (torch allows it only on a backend named gloo),
     # PREMUL_SUM (nccl only), SyncBatchNorm (GPU), two tests needing 3 ranks and,
     # without torchvision, the two resnet tests.
+    # On releases whose gloo lacks an op or a dtype (alltoall, complex tensors
+    # before 2.9), those tests skip too, naming the release.
     passed, skipped = (168, 6) if HAS_TORCHVISION else (166, 8)
-    assert f"wrapped_gloo ws=2 ... {passed}/0/{skipped}" in run.stdout, run.stdout
+    cell = re.search(r"wrapped_gloo ws=2 \.\.\. (\d+)/(\d+)/(\d+)", run.stdout)
+    assert cell is not None, run.stdout
+    got_passed, got_failed, got_skipped = map(int, cell.groups())
+    assert got_failed == 0 and got_passed + got_skipped == passed + skipped, run.stdout
+    assert got_passed >= passed - 6, run.stdout  # at most the capability skips
