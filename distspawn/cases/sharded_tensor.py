@@ -16,8 +16,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..engine.exit_codes import TEST_SKIPS
 from ..fixtures.helpers import tp_transports
+from ..fixtures.skips import gpu_count_skip
 from .multiprocess import MultiProcessTestCase
 
 TEST_GPU_NUM = 4
@@ -100,7 +100,7 @@ def with_comms(func: Callable | None = None, init_rpc: bool = True,
     @wraps(func)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         if _lacks_devices_for(backend, self.world_size):
-            sys.exit(TEST_SKIPS[f"multi-gpu-{self.world_size}"].exit_code)
+            sys.exit(gpu_count_skip(self.world_size).exit_code)
         self.init_comms(init_rpc=init_rpc, backend=backend)
         func(self, *args, **kwargs)
         self.destroy_comms(destroy_rpc=init_rpc)

@@ -56,10 +56,10 @@ class _Server:
         self.environ_path = environ_path  # removed by the server once read
         self.report: dict[str, Any] | None = None
         self.answered = threading.Event()
-        self.checked = False
-        if listening is None:  # no protocol (not Linux): nothing to wait for or check
+        self.reports = listening is not None  # no protocol (not Linux): nothing to check
+        self.fits: dict[str, str] | None = None  # the last environment found to fit it
+        if not self.reports:
             self.answered.set()
-            self.checked = True
         atexit.register(self.remove_environ_file)
 
     def remove_environ_file(self) -> None:
@@ -192,44 +192,49 @@ def ranks_may_fork(environ: dict[str, str]) -> bool:
     otherwise than ``environ`` has it. False: start these ranks afresh
     (``spawn``); the run has been told why, once.
     """
-    global _spawn_instead
     for _ in range(len(_wanted) + 3):  # a restart leaves a module out, or takes the environment
         if _spawn_instead is not None:
             return False
-        if _server is None:
-            return True
+        if _server is None or _server.fits == environ:
+            return True  # every test of a class starts ranks with the same environment
         _send_module_list(_server)  # nothing when it is on its way already
         if not _server.answered.wait(REPORT_WAIT_S):
-            _spawn_instead = "the rank server did not finish its start"
+            _fall_back_to_spawn("the rank server did not finish its start")
+            return False
         restart = _what_to_restart_for(_server, environ)
         if restart is None:
+            if _spawn_instead is None:
+                _server.fits = dict(environ)
             return _spawn_instead is None
         if _live_forked_ranks():
             return False  # forked from this server: a restart would end them
         _restart()
-    _spawn_instead = "the rank server kept going stale"
+    _fall_back_to_spawn("the rank server kept going stale")
     return False
 
 
-def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None:
+def _fall_back_to_spawn(why: str) -> None:
     global _spawn_instead
+    _spawn_instead = why
+    _say_once(f"{why}; ranks start afresh (spawn) for the rest of the run")
+
+
+def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None:
+    """What the server must be restarted without ("preload": with ``environ``),
+    or None where it fits ``environ`` (or ranks must start afresh instead)."""
     report = server.report
+    if not server.reports:
+        return None
     if report is None:
-        if not server.checked:
-            _spawn_instead = "the rank server ended before it reported what it preloaded"
-            _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
-            server.checked = True
+        _fall_back_to_spawn("the rank server ended before it reported what it preloaded")
         return None
     if report.get("preload_failures"):
         name, why = next(iter(report["preload_failures"].items()))
-        _spawn_instead = f"the rank server could not import {name} ({why})"
-        _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
+        _fall_back_to_spawn(f"the rank server could not import {name} ({why})")
         return None
-    if not server.checked:
-        server.checked = True
-        for name, why in report.get("refused", {}).items():
-            _say_once(f"test module {name} is not preloaded into the rank server: {why}; "
-                      "each rank imports it itself")
+    for name, why in report.get("refused", {}).items():
+        _say_once(f"test module {name} is not preloaded into the rank server: {why}; "
+                  "each rank imports it itself")
     broken = report.get("broken")
     if broken:
         _excluded[broken["module"]] = broken["why"]
@@ -262,11 +267,10 @@ def _live_forked_ranks() -> bool:
 
 
 def _restart() -> None:
-    global _server, _spawn_instead
+    global _server
     stop = getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_stop", None)
     if stop is None:  # private to multiprocessing (see distspawn.private_apis)
-        _spawn_instead = "this Python's forkserver cannot be restarted"
-        _say_once(f"{_spawn_instead}; ranks start afresh (spawn) for the rest of the run")
+        _fall_back_to_spawn("this Python's forkserver cannot be restarted")
         return
     stop()
     _server = None
