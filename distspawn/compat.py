@@ -11,6 +11,7 @@ import logging
 
 from . import *  # noqa: F401,F403 - the point of this module is re-export
 from . import __all__ as _public
+from .fixtures import helpers as _helpers
 from .fixtures import tempdirs as _tempdirs
 from .cases.distributed_base import _dynamo_dist_per_rank_init  # noqa: F401
 from .fixtures.environment import IS_LINUX  # noqa: F401
@@ -21,12 +22,15 @@ from .fixtures.skips import _rocm_version as _rocm_version_tuple  # noqa: F401
 logger = logging.getLogger("distspawn")
 
 _EXTRA = ["IS_LINUX", "logger", "tmp_dir", "_dynamo_dist_per_rank_init",
-          "_maybe_handle_skip_if_lt_x_gpu", "core_dumps_disabled", "_rocm_version_tuple"]
+          "_maybe_handle_skip_if_lt_x_gpu", "core_dumps_disabled", "_rocm_version_tuple", "EFA_PROBE_RESULT"]
 __all__ = list(_public) + _EXTRA
 
 
 def __getattr__(name: str):
-    # tmp_dir changes as tests run; read it live rather than copy it at import.
+    # These change as tests run; read them live rather than copy them at import.
     if name == "tmp_dir":
         return _tempdirs.tmp_dir
+    # has_efa() fills this in when it first probes (2.8's files read it).
+    if name == "EFA_PROBE_RESULT":
+        return _helpers.EFA_PROBE_RESULT
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -90,8 +90,9 @@ CASES = {
 
 
 def _built(face: str, module_name: str, case: Case) -> tuple[torch.nn.Module, Any]:
+    module = importlib.import_module(module_name)  # before seeding: an import may draw
     torch.manual_seed(0)
-    model = case.build(importlib.import_module(module_name))
+    model = case.build(module)
     torch.manual_seed(1)
     inputs = case.inputs()
     torch.manual_seed(2)  # dropout draws, where a fixture trains
@@ -103,7 +104,10 @@ def test_fixture_is_upstreams_model(name):
     case = CASES[name]
     if not upstream_module_imports(UPSTREAM[case.face]):
         pytest.skip(f"{UPSTREAM[case.face]} does not import here")
-    theirs, theirs_out = _built(case.face, UPSTREAM[case.face], case)
+    try:
+        theirs, theirs_out = _built(case.face, UPSTREAM[case.face], case)
+    except (AttributeError, TypeError) as exc:  # e.g. the experts models came after 2.8
+        pytest.skip(f"this release's upstream cannot build it: {exc}")
     ours, ours_out = _built(case.face, OURS[case.face], case)
     assert type(ours).__name__ == type(theirs).__name__
     theirs_params, ours_params = dict(theirs.named_parameters()), dict(ours.named_parameters())

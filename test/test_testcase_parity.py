@@ -145,7 +145,10 @@ def test_every_upstream_method_is_there_or_left_out_with_a_reason():
     upstream = set(cases("methods", "upstream"))
     missing = {name for name in upstream if not hasattr(distspawn.TestCase, name)}
     assert missing - set(LEFT_OUT) == set(), "add these to distspawn.TestCase or LEFT_OUT"
-    assert set(LEFT_OUT) - missing == set(), "LEFT_OUT names a method distspawn has"
+    # Judged against distspawn, not this release's upstream: a name a release lacks
+    # stays listed for the releases that have it.
+    assert {name for name in LEFT_OUT if hasattr(distspawn.TestCase, name)} == set(), \
+        "LEFT_OUT names a method distspawn has"
 
 
 def test_assertequal_keywords_match_upstreams():
