@@ -11,6 +11,7 @@ missing on this machine.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +24,16 @@ class PrivateAPI:
     used_by: str
     when_missing: str
     may_be_missing: bool = False  # e.g. only in some builds (symmetric memory, torchcomms)
+    # Parameters distspawn passes by keyword: a release that renames one breaks
+    # the call even though the name itself still resolves.
+    takes: tuple[str, ...] = ()
 
 
 PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.distributed.distributed_c10d._World", "backends.threaded_pg",
                "threaded tests skip, naming the missing hook"),
     PrivateAPI("torch.distributed.distributed_c10d._world", "backends.threaded_pg, "
-               "multi_threaded_pg, engine.group_keeper",
+               "multi_threaded_pg, engine.group_keeper, engine.collective_log",
                "threaded tests skip, naming the missing hook; a rank keeps only the groups "
                "destroy_process_group() is given by name (see engine.group_keeper)"),
     PrivateAPI("torch._C._distributed_c10d._set_thread_isolation_mode", "backends.threaded_pg",
@@ -44,6 +48,12 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch._C._distributed_c10d.FakeProcessGroup._create_internal",
                "backends.fake_backend",
                "fake groups are made with the older (rank, size) constructor",
+               may_be_missing=True),
+    PrivateAPI("torch._C._distributed_c10d._dump_fr_trace_json", "engine.collective_log",
+               "process ranks record no collectives: a stall is judged at the deadline "
+               "only, and reports show stacks without the calls each rank made"),
+    PrivateAPI("torch._C._distributed_c10d._dump_nccl_trace_json", "engine.collective_log",
+               "as for _dump_fr_trace_json, for nccl groups (CUDA builds only)",
                may_be_missing=True),
     PrivateAPI("torch._C._set_print_stack_traces_on_fatal_signal", "engine.worker",
                "a crashed rank's report has its Python stack and output, no native frames"),
@@ -85,11 +95,13 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "torchcomms process groups (create_torchcomm_process_group) cannot be made",
                may_be_missing=True),
     PrivateAPI("torch.distributed.distributed_c10d._register_pg_in_world",
-               "fixtures.accelerators", "as for _BackendWrapper"),
+               "fixtures.accelerators", "as for _BackendWrapper (2.8 lacks it)",
+               may_be_missing=True,
+               takes=("backend_name", "store", "group_name", "backend_config", "rank_mapping")),
     PrivateAPI("torch.distributed.ProcessGroup._register_backend", "fixtures.accelerators",
                "as for _BackendWrapper"),
     PrivateAPI("torch.distributed._coalescing_manager", "conformance.collectives",
-               "the coalescing conformance test skips"),
+               "the coalescing conformance test skips", takes=("async_ops",)),
     PrivateAPI("torch.distributed._make_nccl_premul_sum", "conformance.collectives",
                "the premul-sum conformance test skips"),
     PrivateAPI("multiprocessing.Queue()._reader", "fixtures.helpers",
@@ -205,8 +217,34 @@ def missing() -> list[PrivateAPI]:
     return [api for api in PRIVATE_APIS if lookup(api.path) is _ABSENT]
 
 
+def unaccepted(api: PrivateAPI) -> list[str]:
+    """Of the keywords distspawn passes to ``api``, those its signature refuses.
+
+    Empty when the name is absent (``missing`` reports that) or when its
+    signature cannot be read (a C function).
+    """
+    found = lookup(api.path)
+    if found is _ABSENT or not api.takes:
+        return []
+    try:
+        parameters = inspect.signature(found).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return []
+    return [name for name in api.takes if name not in parameters
+            or parameters[name].kind is inspect.Parameter.POSITIONAL_ONLY]
+
+
+def reshaped() -> dict[str, list[str]]:
+    """Listed names present on this machine whose signatures refuse what distspawn passes."""
+    return {api.path: bad for api in PRIVATE_APIS if (bad := unaccepted(api))}
+
+
 if __name__ == "__main__":
     gone = missing()
     for api in gone:
         print(f"{api.path} (used by distspawn.{api.used_by}): {api.when_missing}")
+    for path, refused in reshaped().items():
+        print(f"{path} no longer takes {', '.join(refused)}")
     print(f"{len(PRIVATE_APIS) - len(gone)} of {len(PRIVATE_APIS)} private APIs present")

@@ -59,3 +59,13 @@ def test_every_entry_says_where_it_is_used_and_what_missing_costs():
 def test_a_missing_name_is_reported_not_raised():
     assert private_apis.lookup("torch._no_such_private_thing") is private_apis._ABSENT
     assert private_apis.lookup("no_such_module._x") is private_apis._ABSENT
+
+
+def test_every_present_name_takes_the_keywords_distspawn_passes():
+    assert private_apis.reshaped() == {}
+
+
+def test_a_renamed_keyword_is_reported():
+    api = private_apis.PrivateAPI("torch.distributed._coalescing_manager", "conformance.collectives",
+                                  "-", takes=("async_ops", "no_such_keyword"))
+    assert private_apis.unaccepted(api) == ["no_such_keyword"]
