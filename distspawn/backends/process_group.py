@@ -13,7 +13,8 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from . import threaded_ops as ops
-from .rendezvous import BACKEND_NAME, Call, ThreadedSession, ThreadedWork, _GroupInfo, _Pending
+from .rendezvous import (BACKEND_NAME, Call, ThreadedSession, ThreadedWork, _GroupInfo, _Pending,
+                         active_session)
 
 
 # -- the process group --------------------------------------------------------------
@@ -41,8 +42,6 @@ class ThreadedProcessGroup(dist.ProcessGroup):
     @classmethod
     def exception_handle(cls, exc: BaseException) -> None:
         """Stop every rank of the running threaded world (a peer raised ``exc``)."""
-        from .threaded_pg import active_session  # the world module installs sessions
-
         session = active_session()
         if session is not None:
             session.stop(f"a rank raised {type(exc).__name__}")

@@ -207,14 +207,14 @@ class ThreadedSession:
         first_key = calls[0].match_key()
         if any(c.match_key() != first_key for c in calls[1:]):
             raise CollectiveMismatchError(
-                f"collective mismatch on {self._where(rendezvous)}: the ranks' calls "
+                f"collective mismatch: {self._where(rendezvous)}: the ranks' calls "
                 "differ:\n" + self._call_lines(rendezvous, calls))
         try:
             with torch.no_grad():
                 calls[0].execute([c.payload for c in calls])
         except Incompatible as exc:
             raise CollectiveMismatchError(
-                f"collective mismatch on {self._where(rendezvous)}: {exc}\n"
+                f"collective mismatch: {self._where(rendezvous)}: {exc}\n"
                 + self._call_lines(rendezvous, calls)) from None
         except Exception as exc:
             raise ThreadedBackendError(
@@ -223,7 +223,8 @@ class ThreadedSession:
 
     @staticmethod
     def _where(rendezvous: _Rendezvous) -> str:
-        return f"{rendezvous.group.label()}, collective #{rendezvous.seq + 1} on that group"
+        # Worded as process ranks' stall reports are (engine.stall).
+        return f"collective #{rendezvous.seq + 1} on {rendezvous.group.label()}"
 
     @staticmethod
     def _call_lines(rendezvous: _Rendezvous, calls: list[Call]) -> str:
@@ -389,6 +390,23 @@ class ThreadedSession:
             for rank, waiter in sorted(self._waiting.items()):
                 yield (f"rank {rank}: waiting in {waiter.pending.description} on "
                        f"{waiter.pending.group.label()}: {waiter.pending.waiting_for()}")
+
+
+# The session installed in this process (threaded_pg installs it). It lives
+# here, beside the class, so the process-group adapter can reach it without
+# importing the module that installs it.
+_installed: ThreadedSession | None = None
+
+
+def active_session() -> ThreadedSession | None:
+    """The threaded session now installed in this process, if any."""
+    return _installed
+
+
+def set_active_session(session: ThreadedSession | None) -> None:
+    """Record ``session`` as installed (``None``: none is)."""
+    global _installed
+    _installed = session
 
 
 def _settle_all(settle: list) -> None:

@@ -36,6 +36,8 @@ from .rendezvous import (
     ThreadedSession,
     ThreadedWork,
     _GroupInfo,
+    active_session,
+    set_active_session,
 )
 
 
@@ -192,19 +194,13 @@ def _per_thread_world_class():
 # -- sessions ------------------------------------------------------------------------
 
 _session_lock = threading.Lock()
-_active: ThreadedSession | None = None
 _saved_world: Any = None
 _autograd_threads: Any = None
 _saved_excepthook: Any = None
 
 
-def active_session() -> ThreadedSession | None:
-    """The threaded session now installed in this process, if any."""
-    return _active
-
-
 def _create_threaded_pg(options, _backend_options=None) -> ThreadedProcessGroup:
-    session = _active
+    session = active_session()
     if session is None:
         raise RuntimeError(
             "the 'threaded' backend runs its ranks as threads of one process and needs a "
@@ -226,13 +222,13 @@ def register_threaded_backend() -> None:
 
 def install(session: ThreadedSession) -> None:
     """Give every thread its own c10d world and make ``session`` the active one."""
-    global _active, _saved_world, _autograd_threads, _saved_excepthook
+    global _saved_world, _autograd_threads, _saved_excepthook
     missing = missing_threaded_hooks()
     if missing:
         raise RuntimeError("the threaded backend needs private torch hooks this torch "
                            f"({torch.__version__}) lacks: {', '.join(missing)}")
     with _session_lock:
-        if _active is not None:
+        if active_session() is not None:
             raise RuntimeError("a threaded world is already running in this process; "
                                "threaded tests cannot nest or run concurrently")
         register_threaded_backend()
@@ -245,22 +241,23 @@ def install(session: ThreadedSession) -> None:
         # Each init_process_group wraps sys.excepthook and nothing unwraps it:
         # thousands of threaded inits would nest it past the recursion limit.
         _saved_excepthook = sys.excepthook
-        _active = session
+        set_active_session(session)
 
 
 def uninstall(session: ThreadedSession) -> None:
     """Undo :func:`install`; later ops of stray rank threads raise PeerFailed."""
-    global _active, _saved_world, _autograd_threads, _saved_excepthook
+    global _saved_world, _autograd_threads, _saved_excepthook
     session.stop("the test ended")
     with _session_lock:
-        if _active is not session:
+        if active_session() is not session:
             return
         dist.distributed_c10d._world = _saved_world
         torch._C._distributed_c10d._set_thread_isolation_mode(False)
         if _autograd_threads is not None:
             _autograd_threads.__exit__(None, None, None)
         sys.excepthook = _saved_excepthook
-        _active = _saved_world = _autograd_threads = _saved_excepthook = None
+        set_active_session(None)
+        _saved_world = _autograd_threads = _saved_excepthook = None
 
 
 class threaded_world:  # noqa: N801 - used as a context manager, like torch's

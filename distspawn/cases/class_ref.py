@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..integrations import world_sizes
+from . import sized_variants
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,12 @@ class ClassRef:
         found: Any = sys.modules.get(self.module) or importlib.import_module(self.module)
         for part in self.qualname.split("."):
             found = getattr(found, part)
-        return found if self.size is None else world_sizes.sized_class(found, self.size)
+        return found if self.size is None else sized_variants.sized_class(found, self.size)
 
 
 def class_ref(cls: type) -> ClassRef:
     """The reference a rank resolves to ``cls``. Raises ``pickle.PicklingError``
     here, in the test process, where a rank could not find the class."""
-    base = world_sizes.base_class(cls)
+    base = sized_variants.base_class(cls)
     pickle.dumps(base)
-    return ClassRef(base.__module__, base.__qualname__, world_sizes.variant_size(cls))
+    return ClassRef(base.__module__, base.__qualname__, sized_variants.variant_size(cls))

@@ -34,7 +34,7 @@ from ..fixtures.environment import (
     restore_environ,
 )
 from ..engine.capacity import check_rank_capacity
-from .multiprocess import validate_world_size
+from ..engine.capacity import validate_world_size
 from ..engine.protocol import RankReport, ReportStatus
 from ..engine.exit_codes import skip_message_for
 from .testcase import RankDispatchingTestCase

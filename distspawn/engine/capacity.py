@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import resource
+from typing import Any
 
 MAX_RANKS_VAR = "DISTSPAWN_MAX_RANKS"
 
@@ -102,3 +103,21 @@ def check_rank_capacity(world_size: int, start_method: str | None, owner: str) -
             f"{owner} = {world_size} is more ranks than this machine can run at once as "
             f"{kind}: at most {cap} ({why}). Use a smaller world size, or set "
             f"{MAX_RANKS_VAR} to the number this machine can take.")
+
+
+def validate_world_size(value: Any, owner: str) -> int:
+    """``value`` as an int >= 1 (an int or a string holding one), else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(
+            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r} "
+            f"of type {type(value).__name__}"
+        )
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(
+            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r}"
+        ) from None
+    if number < 1:
+        raise ValueError(f"{owner} must be an integer >= 1, got {value!r}")
+    return number

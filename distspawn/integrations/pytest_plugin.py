@@ -13,7 +13,8 @@ import pytest
 
 from ..cases.testcase import RankDispatchingTestCase
 from ..engine.verdict import RankFailure
-from .world_sizes import machine_max_world_size, parse_world_sizes, sized_class
+from ..cases.sized_variants import sized_class
+from .world_sizes import machine_max_world_size, parse_world_sizes
 
 # pytest has no public API for items of unittest classes: world-size items
 # extend its private unittest collector and item (checked on pytest 7.0 and the
