@@ -32,14 +32,13 @@ import torch
 import torch.distributed as c10d
 import torch.multiprocessing as mp
 
-from ..engine import launch
+from ..engine import launch, stall
 from ..engine.reused_worker import Task, worker_loop
 from ..fixtures.device_probe import accelerator_type, backend_for_device
 from .dist_backend import backend_is_available
 from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
-from ..engine.capacity import check_rank_capacity
+from ..engine.capacity import check_rank_capacity, validate_world_size
 from ..engine.rank_threads import rank_environment
-from .multiprocess import validate_world_size
 from .multiprocess import start_failure_hint
 from ..engine.supervisor import RankProcess, RankSupervisor, end_processes, log_size
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
@@ -47,7 +46,7 @@ from ..engine.worker import RankFiles
 from .class_ref import class_ref
 from .reused_run import run_reused_test
 from ..engine.protocol import RankReport
-from ..integrations.world_sizes import variants_of
+from .sized_variants import variants_of
 from ..engine.verdict import (
     RankFailure,
     RankOutcome,
@@ -115,6 +114,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     start_method: str | None = None
     fresh_process_group_per_test: bool = False
     lenient_skips: bool = False
+    stall_window: float | None = None  # as MultiProcessTestCase's
     _in_rank_mode: bool = False  # run_rank(): this process is one rank
 
     # -- upstream's customisation points ----------------------------------------
@@ -257,6 +257,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             raise unittest.SkipTest(f"backend {backend!r} is not available in this torch")
         method = launch.resolve_start_method(cls.start_method, f"{cls.__name__}.start_method")
         check_rank_capacity(world_size, method, f"{cls.__name__}.world_size")
+        stall.window_for(cls)  # a bad setting fails here, before any worker starts
         process_class = launch.process_class(method, cls.__module__)
         handle, rdvz_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
         os.close(handle)
@@ -359,7 +360,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         policy = ReturnCodePolicy(lenient_skips=type(self).lenient_skips)
         supervisor = RankSupervisor(ranks, get_timeout(task.test_id),
                                     lambda outcome: is_decisive(outcome, policy),
-                                    test_id=task.test_id)
+                                    test_id=task.test_id,
+                                    stall_window_s=stall.window_for(type(self)))
         return supervisor.watch()
 
 

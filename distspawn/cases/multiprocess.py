@@ -25,9 +25,9 @@ import torch.distributed as c10d
 import torch.multiprocessing as mp
 from multiprocessing.connection import wait
 
-from ..engine import launch, worker
+from ..engine import launch, stall, worker
 from .class_ref import class_ref
-from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
+from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity, validate_world_size
 from ..engine.group_keeper import keep_destroyed_groups, release_kept_groups
 from ..engine.rank_threads import rank_environment, threads_per_rank
 from ..fixtures.environment import (
@@ -69,24 +69,6 @@ def start_failure_hint(error: BaseException) -> str:
     return ""
 
 
-def validate_world_size(value: Any, owner: str) -> int:
-    """``value`` as an int >= 1 (an int or a string holding one), else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(
-            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r} "
-            f"of type {type(value).__name__}"
-        )
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(
-            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r}"
-        ) from None
-    if number < 1:
-        raise ValueError(f"{owner} must be an integer >= 1, got {value!r}")
-    return number
-
-
 def _send_quietly(pipe, message: Any) -> None:
     try:
         pipe.send(message)
@@ -118,6 +100,10 @@ class MultiProcessTestCase(RankDispatchingTestCase):
 
     start_method: str | None = None
     lenient_skips: bool = False
+    # Seconds every rank may wait in collectives that cannot finish before the
+    # test fails, naming them (engine.stall); None: DISTSPAWN_STALL_WINDOW or
+    # 3 s; 0: only the deadline ends a hung test, as upstream.
+    stall_window: float | None = None
 
     def _should_stop_test_suite(self) -> bool:
         # A distributed failure must not stop the rest of the suite.
@@ -213,6 +199,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         world_size = validate_world_size(self.world_size, f"{owner}.world_size")
         check_rank_capacity(world_size, method, f"{owner}.world_size")
         threads_per_rank(world_size)  # a bad setting fails here, before any start
+        self._stall_window_s = stall.window_for(type(self))
         self._started_at = time.monotonic()
         self._start_processes(launch.process_class(method, type(self).__module__))
 
@@ -319,8 +306,10 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         # (A class that starts its ranks its own way may not have said when.)
         started_at = getattr(self, "_started_at", time.monotonic())
         policy = self._return_code_policy(fn)
+        window = getattr(self, "_stall_window_s", None)  # (unset where ranks started elsewhere)
         supervisor = RankSupervisor(
-            self._rank_processes, timeout, lambda outcome: is_decisive(outcome, policy))
+            self._rank_processes, timeout, lambda outcome: is_decisive(outcome, policy),
+            stall_window_s=stall.window_for(type(self)) if window is None else window)
         try:
             self._rank_outcomes = supervisor.watch()
             self._timeout_s = timeout

@@ -16,6 +16,7 @@ processes this supervisor was given are ever signalled.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -24,6 +25,7 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Callable
 
+from . import stall
 from .crash_text import drop_frames, python_crash_stack, split_native_dump, trim_native_dump
 from .protocol import DEPARTING, LEAVE, Event, RankReport, ReportStatus
 from .verdict import RankOutcome
@@ -39,6 +41,8 @@ TERMINATE_GRACE_S = 3.0
 # How long ranks get to write their stacks after the request.
 STACK_WAIT_S = 3.0
 OUTPUT_TAIL_LINES = 40
+# How often the ranks' collective logs are read while a stall may be forming.
+STALL_CHECK_S = 0.5
 
 
 @dataclass(eq=False)
@@ -74,6 +78,7 @@ class RankSupervisor:
         timeout_s: float,
         is_decisive: Callable[[RankOutcome], bool],
         test_id: str | None = None,
+        stall_window_s: float = 0.0,
     ) -> None:
         # Reused ranks: done once they reported for ``test_id``, not when they exit.
         self._test_id = test_id
@@ -90,6 +95,11 @@ class RankSupervisor:
         self._stop_at: float | None = None
         self._closed_at: dict[int, float] = {}  # when each rank's result pipe closed
         self._now = time.monotonic()
+        # Stalls are judged early only where the ranks keep collective logs.
+        self._stall_window_s = stall_window_s if any(
+            r.files.collectives_path for r in ranks) else 0.0
+        self._next_stall_check = self._now + self._stall_window_s
+        self.stall: stall.Stall | None = None
 
     def watch(self) -> list[RankOutcome]:
         """Wait for every rank, the first failure, or the deadline; then collect."""
@@ -100,6 +110,8 @@ class RankSupervisor:
                 remaining = limit - time.monotonic()
                 if remaining <= 0:
                     break
+                if self._stall_window_s and self._stop_at is None:
+                    remaining = min(remaining, max(0.0, self._next_stall_check - time.monotonic()))
                 ready = wait([*self._open_results, *self._running], timeout=remaining)
                 # Everything seen in one wake-up happened "now": which of two
                 # simultaneous events is handled first must not order them.
@@ -112,7 +124,14 @@ class RankSupervisor:
                     self._on_rank_exited(self._running.pop(sentinel))
                 for conn in [r for r in ready if r in self._open_results]:
                     self._on_results_readable(conn)
-            if self._running:
+                if (self._stall_window_s and self._stop_at is None and self._running
+                        and self._now >= self._next_stall_check):
+                    self._next_stall_check = self._now + STALL_CHECK_S
+                    if self._judge_stall():
+                        break
+            if self.stall is not None:
+                self._on_stall()
+            elif self._running:
                 if self._stop_at is not None:
                     self._on_failure_known()
                 else:
@@ -141,6 +160,7 @@ class RankSupervisor:
             # Upstream's contract: a failing rank sends its formatted traceback.
             message = RankReport(rank, "", ReportStatus.FAILED, traceback=message)
         if message == DEPARTING:
+            self.outcomes[rank].finished_test = True
             self._departing.add(rank)
             if self._free_to_leave or len(self._departing) == len(self._ranks):
                 self._let_go()
@@ -190,13 +210,55 @@ class RankSupervisor:
 
     def _on_deadline(self) -> None:
         """The test ran out of time: take every live rank's stack, then end it."""
+        # Whatever the logs can still tell sits beside the stacks.
+        found = stall.judge(self._rank_states(), time.time_ns(), 0.0, at_deadline=True)
+        self._take_stacks(found, deadline=True)
+
+    def _on_stall(self) -> None:
+        """Every running rank waits in a call none can finish: end them now."""
+        self._take_stacks(self.stall, deadline=False)
+
+    def _take_stacks(self, found: stall.Stall | None, deadline: bool) -> None:
         live = [self._ranks[rank] for rank in self._running.values()]
         stacks = collect_stacks(live)
         for handle in live:
             outcome = self.outcomes[handle.rank]
-            outcome.timed_out = True
+            outcome.timed_out = deadline
             stack = stacks.get(handle.rank)
             outcome.stack = None if stack is None else drop_frames(stack, _is_not_the_users)
+        if found is None:
+            return
+        for outcome in self.outcomes.values():
+            outcome.stall_headline = found.headline
+            outcome.doing = found.doing.get(outcome.rank)
+            outcome.recent_calls = found.recent.get(outcome.rank, [])
+            if not deadline and outcome.rank in self._running.values():
+                if outcome.finished_test or outcome.report is not None:
+                    outcome.ended_by_harness = True  # it only waited to leave
+                else:
+                    outcome.stalled = True
+
+    def _judge_stall(self) -> bool:
+        """Read the ranks' collective logs; True when they show a stall."""
+        found = stall.judge(self._rank_states(), time.time_ns(), self._stall_window_s)
+        if found is None:
+            return False
+        self.stall = found
+        return True
+
+    def _rank_states(self) -> list[stall.RankState]:
+        running = set(self._running.values())
+        states = []
+        for rank, handle in sorted(self._ranks.items()):
+            outcome = self.outcomes[rank]
+            if outcome.finished_test or (outcome.report is not None
+                                         and outcome.status is not ReportStatus.EXITED):
+                phase = "finished"  # its test returned (it may be waiting to leave)
+            else:
+                phase = "running" if rank in running else "exited"
+            log, fresh = _read_collective_log(handle.files.collectives_path)
+            states.append(stall.RankState(rank, phase, log, fresh, outcome.exit_code))
+        return states
 
     # -- helpers ------------------------------------------------------------
 
@@ -350,6 +412,18 @@ def _stacks_over_pipes(ranks: list[RankProcess]) -> dict[int, str]:
         except (EOFError, OSError):
             continue
     return stacks
+
+
+def _read_collective_log(path: str | None) -> tuple[dict | None, bool]:
+    """A rank's collective log and whether its thread touched it lately."""
+    if not path:
+        return None, False
+    try:
+        age = time.time() - os.path.getmtime(path)
+        with open(path) as f:
+            return json.load(f), age <= stall.FRESH_S
+    except (OSError, ValueError):
+        return None, False
 
 
 def _crash_time(path: str) -> float | None:

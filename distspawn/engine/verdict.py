@@ -36,6 +36,14 @@ class RankOutcome:
     legacy_error: str | None = None  # traceback sent upstream's way, over the control pipe
     reached_worker: bool = True  # False: it died while Python started, before our code ran
     failed_at: float | None = None  # monotonic time it failed (as learned, or its crash file's)
+    # Stall diagnosis (engine.stall): set on every rank of a test whose ranks were
+    # judged stalled early (``stalled`` on those still running then), or whose
+    # logs explained the wait at the deadline.
+    stalled: bool = False
+    finished_test: bool = False  # its test returned; it was waiting for its peers to leave
+    stall_headline: str | None = None
+    doing: str | None = None  # what it was doing when judged, in words
+    recent_calls: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> ReportStatus | None:
@@ -95,8 +103,13 @@ def skip_reason(outcome: RankOutcome) -> str | None:
 
 def rank_problem(outcome: RankOutcome, policy: ReturnCodePolicy) -> str | None:
     """What went wrong with this rank, in words, or None if nothing did."""
+    if outcome.stalled:
+        return outcome.doing or "waiting in a collective no rank can finish"
+    if outcome.timed_out and _finished_its_test(outcome):
+        return None  # it only waited for its peers: said in the verdict's tail
     if outcome.timed_out:
-        return "did not finish before the deadline"
+        words = "did not finish before the deadline"
+        return f"{words}: {outcome.doing}" if outcome.doing else words
     if outcome.status is ReportStatus.FAILED:
         return "raised an exception"
     if outcome.ended_by_harness:
@@ -129,6 +142,10 @@ def rank_problem(outcome: RankOutcome, policy: ReturnCodePolicy) -> str | None:
     return f"exited with code {code}{expectation} without reporting a result"
 
 
+def _finished_its_test(outcome: RankOutcome) -> bool:
+    return outcome.finished_test or outcome.status in (ReportStatus.PASSED, ReportStatus.SKIPPED)
+
+
 def is_decisive(outcome: RankOutcome, policy: ReturnCodePolicy) -> bool:
     """True when this rank alone already makes the test fail."""
     if outcome.status is ReportStatus.FAILED:
@@ -145,12 +162,16 @@ def _rank_details(outcome: RankOutcome,
     details = details or outcome.legacy_error
     if details:
         lines.append(_indent(details.rstrip()))
-    if outcome.timed_out:
+    if outcome.timed_out or outcome.stalled:
+        when = "at the deadline" if outcome.timed_out else "when the stall was judged"
         if outcome.stack:
-            lines.append(f"  its stack at the deadline ({outcome.stack_scope}):")
+            lines.append(f"  its stack {when} ({outcome.stack_scope}):")
             lines.append(_indent(outcome.stack.rstrip(), "    "))
         else:
             lines.append("  (it did not answer the stack request)")
+    if outcome.recent_calls:
+        lines.append("  its last recorded collectives, oldest first:")
+        lines.extend(f"    {line}" for line in outcome.recent_calls)
     if outcome.crash_stack:
         # The crash first: where its Python code was when the signal came.
         lines.append("  its Python stack when it crashed:")
@@ -224,7 +245,8 @@ def decide_verdict(
         # a kill) comes before the peers' errors about the connection it took.
         # An error that says a peer went away is a consequence: against a failure
         # at nearly the same moment, it comes second.
-        problems.sort(key=lambda item: (not item[0].timed_out, item[0].failed_at is None,
+        problems.sort(key=lambda item: (not (item[0].timed_out or item[0].stalled),
+                                        item[0].failed_at is None,
                                         (item[0].failed_at or 0.0) + _consequence_delay(item[0]),
                                         item[0].report is not None))
         first = problems[0][0]
@@ -232,12 +254,23 @@ def decide_verdict(
                                          _rank_details(o, legacy_words))
                        for o, p in problems)
         blamed = {o.rank for o, _ in problems}
-        ended = [o.rank for o in outcomes if o.ended_by_harness and o.rank not in blamed]
         tail = []
+        waiting = [o for o in outcomes if o.rank not in blamed and _finished_its_test(o)
+                   and (o.timed_out or o.stall_headline)]
+        for outcome in waiting:
+            finished = outcome.doing or "finished its test"
+            tail.append(f"rank {outcome.rank}: {finished}; waiting for "
+                        f"rank{'s' if len(blamed) > 1 else ''} {', '.join(map(str, sorted(blamed)))}")
+        shown = {o.rank for o in waiting}
+        ended = [o.rank for o in outcomes
+                 if o.ended_by_harness and o.rank not in blamed and o.rank not in shown]
         if ended:
             tail.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
                         "still running when the failure was known; ended by distspawn")
         lines = [f"rank {item.rank}: {item.problem}" for item in failed]
+        headline = next((o.stall_headline for o in outcomes if o.stall_headline), None)
+        if headline:
+            head = f"{headline}\n{head}"
         full = [head, *(f"{line}\n{item.details}" if item.details else line
                         for line, item in zip(lines, failed)), *tail]
         return Verdict(VerdictKind.FAIL, "\n".join(full), "\n".join([head, *lines, *tail]),
@@ -280,7 +313,7 @@ def decide_verdict(
 # match these phrases (assertRaisesRegex(RuntimeError, "Process 0 exited ...")).
 def process_words(outcome: RankOutcome) -> str | None:
     """Upstream's phrase for a failing rank process."""
-    if outcome.timed_out:
+    if outcome.timed_out or outcome.stalled:
         return f"Process {outcome.rank} terminated or timed out"
     if outcome.status is ReportStatus.FAILED or outcome.exit_code == TEST_ERROR_EXIT_CODE:
         return f"Process {outcome.rank} exited with error code {TEST_ERROR_EXIT_CODE} and exception"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from .collective_log import start_recording, write_final_summary
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
 from .rank_threads import RankEnvironment, apply_thread_count
@@ -30,17 +31,19 @@ STACK_DUMP_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 @dataclass(frozen=True)
 class RankFiles:
-    """Where one rank writes its combined stdout/stderr, stack dumps and crash stack."""
+    """Where one rank writes its combined stdout/stderr, stack dumps, crash stack
+    and recorded collectives (``collective_log``)."""
 
     log_path: str
     stack_path: str
     crash_path: str | None = None
+    collectives_path: str | None = None
 
     @classmethod
     def in_dir(cls, directory: str, rank: int) -> "RankFiles":
         """The files of ``rank`` in ``directory`` (removed with it)."""
         base = os.path.join(directory, f"rank-{rank}")
-        return cls(f"{base}.log", f"{base}.stack", f"{base}.crash")
+        return cls(f"{base}.log", f"{base}.stack", f"{base}.crash", f"{base}.collectives")
 
 
 class ResultReporter:
@@ -57,6 +60,9 @@ class ResultReporter:
             return
         self.sent = True
         report = RankReport(self._rank, self._test_name, status, **details)
+        # Before the report: once the parent has it, the log says what this
+        # rank last did (a peer may be left waiting for more).
+        write_final_summary()
         try:
             self._conn.send(report)
         except (OSError, ValueError):
@@ -64,6 +70,7 @@ class ResultReporter:
 
     def wait_to_leave(self) -> None:
         """Tell the parent this rank is done, and wait until it says to leave."""
+        write_final_summary()
         try:
             self._conn.send(DEPARTING)
             while self._conn.recv() != LEAVE:
@@ -297,6 +304,7 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     _redirect_output(files.log_path)
     _record_python_stack_on_crash(files.crash_path)
     keep_destroyed_groups()
+    start_recording(files.collectives_path)
     return _register_stack_dump(files.stack_path)
 
 

@@ -1,0 +1,187 @@
+"""Rank side of stall diagnosis: each rank's recent collectives, kept where the parent reads them.
+
+torch's flight recorder (c10d) keeps a ring of every collective a process
+group issues: its group, sequence number, op, sizes, dtypes and whether it
+has retired. A rank turns it on for gloo and nccl by environment variable
+before its first group exists (``TORCH_FR_BUFFER_SIZE``; a value the user
+set is kept), and a daemon
+thread copies a compact summary into the rank's ``.collectives`` file: at
+once when the calls waiting change, and as a heartbeat every
+:data:`HEARTBEAT_S`, so the parent can tell a rank that is blocked from one
+whose thread has not run. The rank writes a last summary when its test ends.
+
+The recorder's dump is private (``torch._C._distributed_c10d``, listed in
+``distspawn.private_apis``). Where it is missing nothing is recorded and stalls
+are judged at the deadline only, as upstream does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+# Entries the recorder keeps per process (upstream's default is 0: off).
+BUFFER_ENTRIES = "256"
+# One variable for gloo and nccl (nccl's older TORCH_NCCL_TRACE_BUFFER_SIZE
+# is deprecated in its favour and warns).
+BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE",)
+HEARTBEAT_S = 0.25
+# How many retired calls a summary keeps besides the waiting ones (for reports).
+RECENT = 4
+# Set to 0 in a rank's environment to leave the recorder as the user has it.
+RECORD_VARIABLE = "DISTSPAWN_RECORD_COLLECTIVES"
+
+_watcher: _Watcher | None = None
+
+
+def _dumpers() -> list[Any]:
+    """The recorder dumps this torch has, gloo's (CPU) first."""
+    try:
+        import torch._C._distributed_c10d as c10d_ext
+    except ImportError:
+        return []
+    found = []
+    for name in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
+        dump = getattr(c10d_ext, name, None)  # private: listed in distspawn.private_apis
+        if dump is not None:
+            found.append(dump)
+    return found
+
+
+def recording_wanted() -> bool:
+    return os.environ.get(RECORD_VARIABLE, "1") != "0"
+
+
+def start_recording(path: str | None) -> None:
+    """Turn the recorder on in this rank and keep ``path`` up to date (idempotent).
+
+    Called before the rank's first process group is made: the recorder reads
+    its buffer size when a group is created.
+    """
+    global _watcher
+    if path is None or not recording_wanted() or not _dumpers():
+        return
+    for variable in BUFFER_VARIABLES:
+        os.environ.setdefault(variable, BUFFER_ENTRIES)
+    if _watcher is None or _watcher.path != path:
+        _watcher = _Watcher(path)
+        _watcher.start()
+
+
+def write_final_summary() -> None:
+    """The rank's test has ended: write what it last did (read by the parent)."""
+    if _watcher is not None:
+        try:
+            _watcher.write(final=True)
+        except Exception:  # noqa: BLE001 - diagnosis must never break a rank
+            pass
+
+
+def summary(only_waiting: bool = False) -> dict[str, Any] | None:
+    """This process's recorded calls, compact: None when nothing was recorded."""
+    groups: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
+    for dump in _dumpers():
+        try:
+            raw = json.loads(dump(True, only_waiting))
+        except Exception:  # noqa: BLE001 - a recorder that cannot dump: nothing to say
+            continue
+        for status_name, status in (raw.get("pg_status") or {}).items():
+            groups.setdefault(status_name, {})["completed"] = _int(
+                status.get("last_completed_collective"))
+        entries.extend(_entry(e) for e in raw.get("entries") or ())
+    if not entries and not groups:
+        return None
+    for name, ranks in _group_members().items():
+        groups.setdefault(name, {})["ranks"] = ranks
+    waiting = [e for e in entries if not e["retired"]]
+    retired = [e for e in entries if e["retired"]][-RECENT:]
+    return {"groups": groups, "calls": sorted(retired + waiting, key=lambda e: e["order"])}
+
+
+def _group_members() -> dict[str, list[int]]:
+    """Each live group's global ranks, by the name the recorder gives it.
+
+    (The recorder's own ``pg_config`` is filled in by nccl only.)
+    """
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    world = getattr(getattr(dist, "distributed_c10d", None), "_world", None)
+    names = getattr(world, "pg_names", None)  # private: listed in distspawn.private_apis
+    if not names:
+        return {}
+    members = {}
+    try:
+        for group, name in list(names.items()):
+            members[str(name)] = list(dist.get_process_group_ranks(group))
+    except Exception:  # noqa: BLE001 - a group torn down meanwhile: say what we have
+        pass
+    return members
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _entry(raw: dict[str, Any]) -> dict[str, Any]:
+    group = raw.get("process_group") or ["", ""]
+    name = raw.get("profiling_name", "")
+    return {
+        "order": raw.get("record_id", 0),
+        "group": str(group[0]),
+        "group_desc": str(group[1]) if len(group) > 1 else "",
+        "seq": raw.get("p2p_seq_id") if raw.get("is_p2p") else raw.get("collective_seq_id"),
+        "p2p": bool(raw.get("is_p2p")),
+        "op": name.split(":", 1)[-1],
+        "backend": name.split(":", 1)[0] if ":" in name else "",
+        "sizes": raw.get("input_sizes") or [],
+        "dtypes": raw.get("input_dtypes") or [],
+        "out_sizes": raw.get("output_sizes") or [],
+        "retired": bool(raw.get("retired")),
+        "created_ns": raw.get("time_created_ns", 0),
+    }
+
+
+class _Watcher(threading.Thread):
+    """Copies the recorder's summary into the rank's file, on change and as a heartbeat."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(name="distspawn collective log", daemon=True)
+        self.path = path
+        self._last_key: Any = None
+        self._written = False
+
+    def run(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            try:
+                self.write()
+            except Exception:  # noqa: BLE001 - diagnosis must never break a rank
+                return
+
+    def write(self, final: bool = False) -> None:
+        waiting = summary(only_waiting=True)
+        if waiting is None and not final:
+            return
+        key = None if waiting is None else (
+            [e["order"] for e in waiting["calls"]],
+            sorted((name, g.get("completed")) for name, g in waiting["groups"].items()))
+        if key == self._last_key and self._written and not final:
+            os.utime(self.path)  # the heartbeat: this rank's thread still runs
+            return
+        self._last_key = key
+        # Something changed: the whole summary, the recent retired calls too.
+        found = summary() or {"groups": {}, "calls": []}
+        record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final, **found}
+        temporary = f"{self.path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as f:
+            json.dump(record, f)
+        os.replace(temporary, self.path)
+        self._written = True

@@ -1,0 +1,280 @@
+"""Judging a stall from the ranks' recorded collectives (``engine.collective_log``).
+
+A test has stalled when every rank still running has waited in a recorded
+collective for the whole stall window and the calls show that none can
+finish: ranks of one group disagree on the call at the same sequence number
+(op, shapes or dtypes), or a member of the group waits somewhere else, has
+finished its test or has exited before reaching the call, or every rank waits
+in a send (or every rank in a receive). Calls that match on every member are
+never judged, however long they take: only the deadline ends them.
+
+Everything here works on plain data, so the words are tested without ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+WINDOW_VARIABLE = "DISTSPAWN_STALL_WINDOW"
+DEFAULT_WINDOW_S = 3.0
+# A rank's log counts only if its thread wrote (or touched) it this recently:
+# an older one may describe calls that have since finished.
+FRESH_S = 1.5
+
+# The recorder's dtype names, as torch spells dtypes.
+_DTYPES = {
+    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+    "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+    "Bool": "bool", "ComplexFloat": "complex64", "ComplexDouble": "complex128",
+    "ComplexHalf": "complex32", "Float8_e4m3fn": "float8_e4m3fn", "Float8_e5m2": "float8_e5m2",
+}
+
+
+def window_from_env() -> float:
+    """The stall window in seconds (0: judge only at the deadline), from the environment."""
+    text = os.environ.get(WINDOW_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_WINDOW_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise ValueError(f"{WINDOW_VARIABLE}={text!r}: give a number of seconds >= 0 "
+                         f"(0 judges stalls only at the deadline; default {DEFAULT_WINDOW_S})")
+    return value
+
+
+def window_for(owner: type) -> float:
+    """The stall window of a test class: its ``stall_window`` (seconds; 0 turns
+    early judgement off), else the environment's, else the default. Checked
+    before any rank starts."""
+    value = getattr(owner, "stall_window", None)
+    if value is None:
+        return window_from_env()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{owner.__name__}.stall_window must be a number of seconds >= 0 "
+                         f"(0 judges stalls only at the deadline), got {value!r}")
+    return float(value)
+
+
+@dataclass
+class RankState:
+    """What the parent knows of one rank: its phase and its last collective log."""
+
+    rank: int
+    phase: str  # "running", "finished" (its test returned) or "exited"
+    log: dict[str, Any] | None = None
+    fresh: bool = False
+    exit_code: int | None = None
+
+    def waiting(self) -> dict[str, Any] | None:
+        calls = [c for c in (self.log or {}).get("calls", ()) if not c["retired"]]
+        return calls[-1] if calls else None
+
+    def completed(self, group: str) -> int | None:
+        return ((self.log or {}).get("groups", {}).get(group) or {}).get("completed")
+
+    def knows_group(self, group: str) -> bool:
+        return group in (self.log or {}).get("groups", {})
+
+
+@dataclass
+class Stall:
+    """The judgement: one line naming the disagreement, then each rank's part."""
+
+    headline: str
+    doing: dict[int, str] = field(default_factory=dict)  # rank -> what it was doing
+    recent: dict[int, list[str]] = field(default_factory=dict)  # rank -> its last calls
+
+
+def signature(call: dict[str, Any]) -> str:
+    """``all_reduce float32[2]``: the op and each input's dtype and shape."""
+    shapes = call.get("sizes") or []
+    dtypes = call.get("dtypes") or []
+    parts = [f"{_DTYPES.get(d, d)}{list(s)}" for d, s in zip(dtypes, shapes)]
+    return " ".join([call["op"], ", ".join(parts)]).strip()
+
+
+def group_words(call: dict[str, Any], states: list[RankState]) -> str:
+    if call.get("group_desc") == "default_pg":
+        return "the default group"
+    members = _members(call, states)
+    desc = call.get("group_desc")
+    label = desc if desc and desc != "undefined" else call["group"]
+    return f"group {label} (ranks {_ranks(members)})"
+
+
+def call_words(call: dict[str, Any], states: list[RankState]) -> str:
+    kind = "point-to-point call" if call["p2p"] else "collective"
+    return f"{kind} #{call['seq']} on {group_words(call, states)}"
+
+
+def judge(states: list[RankState], now_ns: int, window_s: float,
+          at_deadline: bool = False) -> Stall | None:
+    """The stall these ranks are in, or None if they may still make progress.
+
+    ``at_deadline``: the test is being ended anyway; judge from whatever the
+    logs say, without the window or freshness rules.
+    """
+    running = [s for s in states if s.phase == "running"]
+    if not running:
+        return None
+    for state in running:
+        call = state.waiting()
+        if call is None or not (at_deadline or state.fresh):
+            return None  # busy outside any recorded call: it may yet arrive
+        if not at_deadline and now_ns - call["created_ns"] < window_s * 1e9:
+            return None
+    headline = _collective_disagreement(states, running) or _p2p_deadlock(running, states)
+    if headline is None:
+        return None
+    return Stall(headline, {s.rank: doing(s, states, now_ns) for s in states},
+                 {s.rank: recent_calls(s, states) for s in states if s.log})
+
+
+def _members(call: dict[str, Any], states: list[RankState]) -> list[int]:
+    for state in states:
+        group = ((state.log or {}).get("groups") or {}).get(call["group"])
+        if group and group.get("ranks"):
+            return list(group["ranks"])
+    return [s.rank for s in states]
+
+
+def _collective_disagreement(states: list[RankState], running: list[RankState]) -> str | None:
+    by_rank = {s.rank: s for s in states}
+    for state in running:
+        call = state.waiting()
+        if call["p2p"]:
+            continue
+        members = [by_rank[m] for m in _members(call, states) if m in by_rank]
+        # Who made this call: those waiting in it, and those it let go (gloo
+        # can finish a mismatched call on some ranks and leave the rest waiting).
+        made = {m.rank: c for m in members if (c := _call_at(m, call)) is not None}
+        fingerprints: dict[tuple, list[int]] = {}
+        for rank, made_call in sorted(made.items()):
+            key = (made_call["op"], _shapes(made_call), tuple(made_call.get("dtypes") or ()))
+            fingerprints.setdefault(key, []).append(rank)
+        if len(fingerprints) > 1:
+            return _mismatch(call, made, fingerprints, states)
+        here = [m for m in members if m.rank in made]
+        # A member that left explains the wait better than one waiting elsewhere.
+        away = sorted((m for m in members if m.rank not in made),
+                      key=lambda m: m.phase == "running")
+        if away:
+            return _missing_member(call, here, away[0], states)
+    return None
+
+
+def _call_at(state: RankState, call: dict[str, Any]) -> dict[str, Any] | None:
+    """The call ``state``'s rank made in ``call``'s slot (group, number), if any."""
+    if state.phase == "running":
+        waiting = state.waiting()
+        if _same_slot(waiting, call):
+            return waiting
+    for made in (state.log or {}).get("calls", ()):
+        if made["retired"] and _same_slot(made, call):
+            return made
+    return None
+
+
+def _same_slot(other: dict[str, Any] | None, call: dict[str, Any]) -> bool:
+    return (other is not None and not other["p2p"] and other["group"] == call["group"]
+            and other["seq"] == call["seq"])
+
+
+def _shapes(call: dict[str, Any]) -> tuple:
+    return tuple(tuple(s) for s in call.get("sizes") or ())
+
+
+def _mismatch(call: dict[str, Any], made: dict[int, dict[str, Any]],
+              fingerprints: dict[tuple, list[int]], states: list[RankState]) -> str:
+    # The odd ones out first: the smallest party is most likely the mistaken one.
+    parties = sorted(fingerprints.values(), key=lambda ranks: (len(ranks), ranks))
+    described = "; ".join(f"{_rank_or_ranks(ranks)} {signature(made[ranks[0]])}"
+                          for ranks in parties)
+    keys = list(fingerprints)
+    what = ("ops differ" if len({k[0] for k in keys}) > 1 else
+            "dtypes differ" if len({k[2] for k in keys}) > 1 else "shapes differ")
+    return f"{call_words(call, states)}: {described} ({what})"
+
+
+def _missing_member(call: dict[str, Any], here: list[RankState], away: RankState,
+                    states: list[RankState]) -> str:
+    verb = "wait" if len(here) > 1 else "waits"
+    waiting = f"{_rank_or_ranks([s.rank for s in here])} {verb} in {signature(call)}"
+    where = call_words(call, states)
+    if away.phase == "running":
+        other = away.waiting()
+        return (f"{where}: {waiting}; rank {away.rank} waits in "
+                f"{call_words(other, states)} ({signature(other)}) instead")
+    if not away.knows_group(call["group"]) and not call.get("group_desc") == "default_pg":
+        gone = "returned from its test" if away.phase == "finished" else _exited(away)
+        return (f"rank {away.rank} never reached {where} ({signature(call)}): it {gone} "
+                f"without joining that group; {waiting}")
+    gone = "returned from its test" if away.phase == "finished" else _exited(away)
+    return (f"rank {away.rank} never reached {where} ({signature(call)}): it {gone} "
+            f"{_after(away.completed(call['group']))}; {waiting}")
+
+
+def _exited(state: RankState) -> str:
+    code = "" if state.exit_code is None else f" (exit code {state.exit_code})"
+    return f"exited{code}"
+
+
+def _after(completed: int | None) -> str:
+    return f"after collective #{completed}" if completed else "before any collective on it"
+
+
+def _p2p_deadlock(running: list[RankState], states: list[RankState]) -> str | None:
+    calls = [s.waiting() for s in running]
+    if not all(c["p2p"] for c in calls):
+        return None
+    ops = {c["op"] for c in calls}
+    if ops <= {"send"} or ops <= {"recv", "recv_anysource"}:
+        kind = "send" if ops == {"send"} else "receive"
+        ranks = _ranks([s.rank for s in running])
+        finished = [s.rank for s in states if s.phase != "running"]
+        rest = f"; rank{'s' if len(finished) > 1 else ''} {_ranks(finished)} left" if finished \
+            else ""
+        return (f"every rank still running ({ranks}) waits in a {kind}: {kind} facing {kind}, "
+                f"nobody {'receives' if kind == 'send' else 'sends'}{rest}")
+    return None
+
+
+def doing(state: RankState, states: list[RankState], now_ns: int) -> str:
+    """One rank's part, in words."""
+    if state.phase == "running":
+        call = state.waiting()
+        if call is None:
+            return "busy outside any recorded collective"
+        waited = max(0.0, (now_ns - call["created_ns"]) / 1e9)
+        return (f"waiting in {call_words(call, states)}: {signature(call)} "
+                f"(for {waited:.1f} s)")
+    last = _last_call(state)
+    after = f" after {call_words(last, states)}" if last is not None else ""
+    if state.phase == "finished":
+        return f"finished its test{after}"
+    return f"{_exited(state)}{after}"
+
+
+def _last_call(state: RankState) -> dict[str, Any] | None:
+    calls = [c for c in (state.log or {}).get("calls", ()) if c["retired"]]
+    return calls[-1] if calls else None
+
+
+def recent_calls(state: RankState, states: list[RankState]) -> list[str]:
+    """Its last recorded calls, oldest first, one line each."""
+    return [f"{call_words(c, states)}: {signature(c)} "
+            f"({'done' if c['retired'] else 'waiting'})"
+            for c in (state.log or {}).get("calls", ())]
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+def _rank_or_ranks(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {_ranks(ranks)}"

@@ -1,0 +1,177 @@
+"""A collective that can never finish is named within seconds, on process ranks.
+
+scenarios/stalls.py holds the rows; each tier runs the whole file once with
+the deadline left at 300 s. Stalled rows must fail within about 10 s, naming
+the disagreement first and each rank's part; rows whose calls match must pass
+however slow. The judgement's words are checked on plain data too.
+"""
+
+import re
+
+import pytest
+
+from harness import run_python
+from distspawn.engine import stall
+
+ROWS = {
+    "test_shapes_differ": "collective #{n} on the default group: rank 1 all_reduce float32[3]; "
+                          "ranks 0, 2 all_reduce float32[2] (shapes differ)",
+    "test_all_reduce_against_broadcast": "collective #{n} on the default group: rank 0 broadcast "
+                                         "float32[4]; ranks 1, 2 all_reduce float32[4] "
+                                         "(ops differ)",
+    "test_a_rank_skips_a_collective_and_returns":
+        "rank 2 never reached collective #{n} on the default group (all_reduce float32[2]): "
+        "it returned from its test after collective #{m}; ranks 0, 1 wait in all_reduce",
+    "test_a_rank_calls_a_subgroup_collective_it_is_not_in":
+        "collective #1 on group 1 (ranks 0, 1): rank 0 waits in all_reduce float32[2]; "
+        "rank 1 waits in collective #{n} on the default group (all_reduce float32[2]) instead",
+}
+# Rows gloo itself ends at once (a dtype mismatch aborts a rank; an exit is seen).
+FAST_ROWS = {"test_dtypes_differ": "rank 1: crashed with SIGABRT",
+             "test_a_rank_exits_early": "rank 1: ended without reporting a result"}
+PASSING = ("test_slow_rank_joins_a_matching_collective", "test_large_matching_all_reduce")
+
+
+@pytest.fixture(scope="module", params=["processes", "reused"])
+def table(request):
+    env = {"DISTSPAWN_STALL_TIER": request.param, "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "300"}
+    run = run_python(["stalls.py", "-v"], env=env, timeout=240)
+    run.tier = request.param
+    return run
+
+
+def failure_of(run, name):
+    match = re.search(rf"RankFailure: \S+\.{name} failed after ([\d.]+)s.*?\n(.*?)"
+                      r"(?=\nRe-run just this test)", run.output, re.S)
+    assert match, run.output
+    return float(match.group(1)), match.group(2)
+
+
+def as_pattern(expected):
+    return re.escape(expected).replace(r"\{n\}", r"\d+").replace(r"\{m\}", r"\d+")
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_a_stall_is_named_in_seconds(table, name):
+    seconds, report = failure_of(table, name)
+    assert seconds < 10, report
+    first_line = report.splitlines()[0]
+    assert re.match(as_pattern(ROWS[name]), first_line), report
+    # Then each rank's part, with its recorded calls.
+    assert "its last recorded collectives, oldest first:" in report, report
+    assert "did not finish before the deadline" not in report, report
+
+
+def test_a_rank_that_finished_is_said_to_wait_not_to_have_failed(table):
+    _, report = failure_of(table, "test_a_rank_skips_a_collective_and_returns")
+    assert "2 of 3 ranks failed (ranks 0, 1)" in report, report
+    assert re.search(r"^rank 2: finished its test after collective #\d+ on the default group; "
+                     r"waiting for ranks 0, 1$", report, re.M), report
+
+
+@pytest.mark.parametrize("name", sorted(FAST_ROWS))
+def test_rows_gloo_ends_itself_fail_at_once(table, name):
+    seconds, report = failure_of(table, name)
+    assert seconds < 10 and FAST_ROWS[name] in report, report
+
+
+@pytest.mark.parametrize("name", PASSING)
+def test_matching_calls_are_never_judged_however_slow(table, name):
+    assert table.verdict_line(name).endswith("ok"), table.output
+
+
+def test_nothing_is_left_behind(table):
+    assert table.leftover_files == [] and table.leftover_pids == []
+
+
+def test_the_stand_in_mode_names_the_stall_in_an_upstream_style_file():
+    pytest.importorskip("torch.testing._internal.common_distributed")
+    run = run_python(["-m", "distspawn.stand_in", "stalls.py", "Stalls.test_shapes_differ"],
+                     env={"DISTSPAWN_STALL_TIER": "upstream"}, timeout=120)
+    seconds, report = failure_of(run, "test_shapes_differ")
+    assert seconds < 10, report
+    assert "(shapes differ)" in report.splitlines()[0], report
+
+
+def test_with_early_judgement_off_the_deadline_still_names_the_stall():
+    env = {"DISTSPAWN_STALL_WINDOW": "0", "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "6"}
+    run = run_python(["stalls.py", "Stalls.test_a_rank_skips_a_collective_and_returns"],
+                     env=env, timeout=120)
+    seconds, report = failure_of(run, "test_a_rank_skips_a_collective_and_returns")
+    assert seconds >= 6, report
+    assert report.startswith("rank 2 never reached collective #2"), report
+    assert "its stack at the deadline" in report, report
+    assert "rank 2: finished its test" in report, report
+
+
+def test_a_bad_window_is_refused_before_any_rank_starts():
+    run = run_python(["stalls.py", "Stalls.test_shapes_differ"],
+                     env={"DISTSPAWN_STALL_WINDOW": "soon"}, timeout=60)
+    assert run.returncode != 0
+    assert "DISTSPAWN_STALL_WINDOW='soon': give a number of seconds >= 0" in run.output
+    assert "rank 0" not in run.output
+
+
+# -- the words, on plain data ---------------------------------------------------------
+
+def call(seq, op="all_reduce", sizes=((2,),), dtypes=("Float",), retired=False, group="0",
+         desc="default_pg", p2p=False, created_ns=0):
+    return {"order": seq, "group": group, "group_desc": desc, "seq": seq, "p2p": p2p,
+            "op": op, "sizes": [list(s) for s in sizes], "dtypes": list(dtypes),
+            "retired": retired, "created_ns": created_ns}
+
+
+def state(rank, phase, *calls):
+    return stall.RankState(rank, phase, {"groups": {"0": {"ranks": [0, 1, 2]}},
+                                         "calls": list(calls)}, fresh=True)
+
+
+NOW = 10 * 10**9
+
+
+def test_matching_waits_are_not_a_stall():
+    states = [state(r, "running", call(1)) for r in range(3)]
+    assert stall.judge(states, NOW, 3.0) is None
+
+
+def test_a_wait_shorter_than_the_window_is_not_judged():
+    states = [state(0, "running", call(1, sizes=((3,),), created_ns=NOW - 10**9)),
+              state(1, "running", call(1, created_ns=NOW - 10**9))]
+    states[0].log["groups"]["0"]["ranks"] = [0, 1]
+    assert stall.judge(states, NOW, 3.0) is None
+
+
+def test_a_rank_busy_outside_any_collective_holds_judgement():
+    states = [state(0, "running", call(1)), state(1, "running", call(1, sizes=((3,),))),
+              state(2, "running", call(1, retired=True))]
+    assert stall.judge(states, NOW, 3.0) is None
+
+
+def test_dtypes_differ_is_said():
+    states = [state(0, "running", call(1)), state(1, "running", call(1)),
+              state(2, "running", call(1, dtypes=("Double",)))]
+    found = stall.judge(states, NOW, 3.0)
+    assert found.headline == ("collective #1 on the default group: rank 2 all_reduce "
+                              "float64[2]; ranks 0, 1 all_reduce float32[2] (dtypes differ)")
+    assert found.doing[2] == ("waiting in collective #1 on the default group: all_reduce "
+                              "float64[2] (for 10.0 s)")
+
+
+def test_an_exited_rank_is_named_with_its_code():
+    states = [state(0, "running", call(1, retired=True), call(2)),
+              state(1, "running", call(1, retired=True), call(2)),
+              state(2, "exited", call(1, retired=True))]
+    states[2].log["groups"]["0"]["completed"] = 1
+    states[2].exit_code = 3
+    found = stall.judge(states, NOW, 3.0)
+    assert found.headline.startswith("rank 2 never reached collective #2 on the default group "
+                                     "(all_reduce float32[2]): it exited (exit code 3) after "
+                                     "collective #1")
+
+
+def test_send_facing_send_is_said():
+    states = [state(0, "running", call(1, op="send", p2p=True)),
+              state(1, "running", call(1, op="send", p2p=True))]
+    found = stall.judge(states, NOW, 3.0)
+    assert found.headline == ("every rank still running (0, 1) waits in a send: send facing "
+                              "send, nobody receives")
