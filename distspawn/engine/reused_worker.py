@@ -17,7 +17,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .exit_codes import skip_message_for
-from .collective_log import write_final_summary
 from .group_keeper import free_groups_before_shutdown, release_kept_groups
 from .protocol import RankReport, ReportStatus
 from .rank_threads import RankEnvironment
@@ -80,7 +79,6 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
             report = cls._run_reused_test(rank, world_size, task.test_id)
         sys.stdout.flush()
         sys.stderr.flush()
-        write_final_summary()
         conn.send(report)
         release_kept_groups()  # groups the test destroyed; none is in use now
     if init_error is None and init_skip is None:

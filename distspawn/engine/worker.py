@@ -70,7 +70,6 @@ class ResultReporter:
 
     def wait_to_leave(self) -> None:
         """Tell the parent this rank is done, and wait until it says to leave."""
-        write_final_summary()
         try:
             self._conn.send(DEPARTING)
             while self._conn.recv() != LEAVE:
