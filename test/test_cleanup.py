@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import MARKER_VAR, SCENARIOS, processes_with_marker, run_python, is_torch_cache
+from harness import (MARKER_VAR, SCENARIOS, is_torch_cache, load_factor, processes_with_marker,
+                     run_python)
 
 
 def test_fifty_harness_tests_leave_nothing_behind():
@@ -102,7 +103,9 @@ TIERS = [("fresh", "forkserver"), ("fresh", "spawn"), ("fresh", "fork"),
 @pytest.mark.parametrize("stop", list(STOPS))
 @pytest.mark.parametrize("tier, start_method", TIERS)
 def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, stop):
-    sig, to_group, allowed_s = STOPS[stop]
+    sig, to_group, promised_s = STOPS[stop]
+    # The promise, scaled on a loaded machine (harness.load_factor).
+    allowed_s = promised_s * load_factor()
     marker = f"stop-{tier}-{start_method}-{sig}"
     with tempfile.TemporaryDirectory() as tmp:
         fifo = os.path.join(tmp, "pids")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness import run_python
+from harness import load_factor, run_python
 from distspawn.engine import stall
 
 ROWS = {
@@ -37,6 +37,7 @@ def table(request):
     env = {"DISTSPAWN_STALL_TIER": request.param, "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "300"}
     run = run_python(["stalls.py", "-v"], env=env, timeout=240)
     run.tier = request.param
+    run.load = load_factor()  # bounds scale on a loaded machine (harness.load_factor)
     return run
 
 
@@ -54,7 +55,7 @@ def as_pattern(expected):
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_a_stall_is_named_in_seconds(table, name):
     seconds, report = failure_of(table, name)
-    assert seconds < 10, report
+    assert seconds < 10 * table.load, report
     first_line = report.splitlines()[0]
     assert re.match(as_pattern(ROWS[name]), first_line), report
     # Then each rank's part, with its recorded calls.
@@ -72,7 +73,7 @@ def test_a_rank_that_finished_is_said_to_wait_not_to_have_failed(table):
 @pytest.mark.parametrize("name", sorted(FAST_ROWS))
 def test_rows_gloo_ends_itself_fail_at_once(table, name):
     seconds, report = failure_of(table, name)
-    assert seconds < 10 and FAST_ROWS[name] in report, report
+    assert seconds < 10 * table.load and FAST_ROWS[name] in report, report
 
 
 @pytest.mark.parametrize("name", PASSING)
@@ -89,7 +90,7 @@ def test_the_stand_in_mode_names_the_stall_in_an_upstream_style_file():
     run = run_python(["-m", "distspawn.stand_in", "stalls.py", "Stalls.test_shapes_differ"],
                      env={"DISTSPAWN_STALL_TIER": "upstream"}, timeout=120)
     seconds, report = failure_of(run, "test_shapes_differ")
-    assert seconds < 10, report
+    assert seconds < 10 * load_factor(), report
     assert "(shapes differ)" in report.splitlines()[0], report
 
 

@@ -25,7 +25,7 @@ import torch.distributed as c10d
 import torch.multiprocessing as mp
 from multiprocessing.connection import wait
 
-from ..engine import launch, stall, worker
+from ..engine import collective_log, launch, stall, worker
 from .class_ref import class_ref
 from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity, validate_world_size
 from ..engine.group_keeper import keep_destroyed_groups, release_kept_groups
@@ -233,7 +233,11 @@ class MultiProcessTestCase(RankDispatchingTestCase):
     def _event_listener(parent_pipe, signal_pipe, rank: int) -> None:
         """Answers the parent's requests until the test ends (runs in each rank)."""
         while True:
-            ready = wait([parent_pipe, signal_pipe])
+            # Its pauses keep the rank's collective log (engine.collective_log).
+            ready = wait([parent_pipe, signal_pipe], timeout=collective_log.HEARTBEAT_S)
+            if not ready:
+                collective_log.tick()
+                continue
             if signal_pipe in ready:
                 return
             try:

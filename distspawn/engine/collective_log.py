@@ -4,11 +4,13 @@ torch's flight recorder (c10d) keeps a ring of every collective a process
 group issues: its group, sequence number, op, sizes, dtypes and whether it
 has retired. A rank turns it on for gloo and nccl by environment variable
 before its first group exists (``TORCH_FR_BUFFER_SIZE``; a value the user
-set is kept), and a daemon
-thread copies a compact summary into the rank's ``.collectives`` file: at
-once when the calls waiting change, and as a heartbeat every
-:data:`HEARTBEAT_S`, so the parent can tell a rank that is blocked from one
-whose thread has not run. The rank writes a last summary when its test ends.
+set is kept), and :func:`tick`, called every :data:`HEARTBEAT_S` by a thread
+the rank has anyway (a fresh rank's event listener, which upstream's ranks
+have too: tests that count a rank's threads count the same), copies a compact
+summary into the rank's ``.collectives`` file when the calls waiting change,
+and touches it otherwise, so the parent can tell a blocked rank from one
+whose thread has not run. Reused workers, which have no such thread, get one
+of their own. The rank writes a last summary when its test ends.
 
 The recorder's dump is private (``torch._C._distributed_c10d``, listed in
 ``distspawn.private_apis``). Where it is missing nothing is recorded and stalls
@@ -34,7 +36,7 @@ RECENT = 4
 # Set to 0 in a rank's environment to leave the recorder as the user has it.
 RECORD_VARIABLE = "DISTSPAWN_RECORD_COLLECTIVES"
 
-_watcher: _Watcher | None = None
+_writer: _LogWriter | None = None
 
 
 def _dumpers() -> list[Any]:
@@ -55,29 +57,47 @@ def recording_wanted() -> bool:
     return os.environ.get(RECORD_VARIABLE, "1") != "0"
 
 
-def start_recording(path: str | None) -> None:
+def start_recording(path: str | None, own_thread: bool = False) -> None:
     """Turn the recorder on in this rank and keep ``path`` up to date (idempotent).
 
     Called before the rank's first process group is made: the recorder reads
-    its buffer size when a group is created.
+    its buffer size when a group is created. ``own_thread``: no thread of the
+    rank calls :func:`tick`; start one that does.
     """
-    global _watcher
+    global _writer
     if path is None or not recording_wanted() or not _dumpers():
         return
     for variable in BUFFER_VARIABLES:
         os.environ.setdefault(variable, BUFFER_ENTRIES)
-    if _watcher is None or _watcher.path != path:
-        _watcher = _Watcher(path)
-        _watcher.start()
+    if _writer is None or _writer.path != path:
+        _writer = _LogWriter(path)
+        if own_thread:
+            threading.Thread(target=_tick_forever, name="distspawn collective log",
+                             daemon=True).start()
+
+
+def tick() -> None:
+    """Bring the log up to date (or show this rank's threads still run)."""
+    _write(final=False)
 
 
 def write_final_summary() -> None:
     """The rank's test has ended: write what it last did (read by the parent)."""
-    if _watcher is not None:
+    _write(final=True)
+
+
+def _write(final: bool) -> None:
+    if _writer is not None:
         try:
-            _watcher.write(final=True)
+            _writer.write(final=final)
         except Exception:  # noqa: BLE001 - diagnosis must never break a rank
             pass
+
+
+def _tick_forever() -> None:
+    while True:
+        time.sleep(HEARTBEAT_S)
+        tick()
 
 
 def summary(only_waiting: bool = False) -> dict[str, Any] | None:
@@ -149,22 +169,13 @@ def _entry(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _Watcher(threading.Thread):
+class _LogWriter:
     """Copies the recorder's summary into the rank's file, on change and as a heartbeat."""
 
     def __init__(self, path: str) -> None:
-        super().__init__(name="distspawn collective log", daemon=True)
         self.path = path
         self._last_key: Any = None
         self._written = False
-
-    def run(self) -> None:
-        while True:
-            time.sleep(HEARTBEAT_S)
-            try:
-                self.write()
-            except Exception:  # noqa: BLE001 - diagnosis must never break a rank
-                return
 
     def write(self, final: bool = False) -> None:
         waiting = summary(only_waiting=True)
@@ -186,7 +197,7 @@ class _Watcher(threading.Thread):
             found = summary()  # something changed: the recent retired calls too
         found = found or {"groups": {}, "calls": []}
         record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final, **found}
-        temporary = f"{self.path}.{os.getpid()}.tmp"
+        temporary = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(temporary, "w") as f:
             json.dump(record, f)
         os.replace(temporary, self.path)

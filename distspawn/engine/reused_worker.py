@@ -46,7 +46,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
     Set up as a fresh rank is (``prepare_rank_process``): its output goes to
     its own log, from which the parent takes each test's part for reports.
     """
-    prepare_rank_process(files, parent_pid, environ)
+    prepare_rank_process(files, parent_pid, environ, own_log_thread=True)
     enable_native_crash_dump()
     cls = resolve_class(cls)
     cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file

@@ -291,10 +291,12 @@ def enable_native_crash_dump() -> None:
 
 
 def prepare_rank_process(files: RankFiles, parent_pid: int,
-                         environ: RankEnvironment | None):
+                         environ: RankEnvironment | None, own_log_thread: bool = False):
     """Everything a rank process does before its first test, fresh or reused.
 
-    Returns the open stack-dump file (None where there is no dump signal).
+    ``own_log_thread``: the rank has no event listener to keep its collective
+    log (a reused worker). Returns the open stack-dump file (None where there
+    is no dump signal).
     """
     _die_with_parent(parent_pid)
     if environ is not None:
@@ -303,7 +305,7 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     _redirect_output(files.log_path)
     _record_python_stack_on_crash(files.crash_path)
     keep_destroyed_groups()
-    start_recording(files.collectives_path)
+    start_recording(files.collectives_path, own_thread=own_log_thread)
     return _register_stack_dump(files.stack_path)
 
 
