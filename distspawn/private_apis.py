@@ -55,6 +55,9 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch._C._distributed_c10d._dump_nccl_trace_json", "engine.collective_log",
                "as for _dump_fr_trace_json, for nccl groups (CUDA builds only)",
                may_be_missing=True),
+    PrivateAPI("torch._C._ensureCUDADeviceGuardSet", "backends.threaded_pg",
+               "a CUDA build with no device: a rank thread's first torch.compile swaps "
+               "the CUDA device guard while other rank threads run ops (SIGSEGV on 2.10)"),
     PrivateAPI("torch._C._set_print_stack_traces_on_fatal_signal", "engine.worker",
                "a crashed rank's report has its Python stack and output, no native frames"),
     PrivateAPI("multiprocessing.forkserver._forkserver._forkserver_alive_fd", "engine.worker",

@@ -220,6 +220,20 @@ def register_threaded_backend() -> None:
                                   devices=["cpu", "cuda"])
 
 
+@functools.lru_cache(maxsize=None)
+def _settle_the_cuda_device_guard() -> None:
+    """Install torch's no-op CUDA device guard now, where a compile would later.
+
+    torch.compile's fake tensors install it on first use in a CUDA build with no
+    device. Done by one rank thread while another runs tensor ops, that swap
+    crashed torch 2.10 (SIGSEGV); done once here, before any rank thread starts,
+    it leaves the compile nothing to swap.
+    """
+    ensure = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)  # private: listed
+    if ensure is not None and torch.backends.cuda.is_built() and not torch.cuda.is_available():
+        ensure()
+
+
 def install(session: ThreadedSession) -> None:
     """Give every thread its own c10d world and make ``session`` the active one."""
     global _saved_world, _autograd_threads, _saved_excepthook
@@ -227,6 +241,7 @@ def install(session: ThreadedSession) -> None:
     if missing:
         raise RuntimeError("the threaded backend needs private torch hooks this torch "
                            f"({torch.__version__}) lacks: {', '.join(missing)}")
+    _settle_the_cuda_device_guard()
     with _session_lock:
         if active_session() is not None:
             raise RuntimeError("a threaded world is already running in this process; "
