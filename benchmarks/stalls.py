@@ -32,9 +32,11 @@ def _first_line(case: ElementTree.Element) -> str:
     text = failure.get("message") or failure.text or ""
     # pytest's message is "ExceptionType: text": the report's first lines.
     lines = [line for line in text.splitlines() if line.strip()]
+    # The stall's own line where there is one, else the first rank's.
     for line in lines:
-        if "failed after" not in line and not line.startswith("E "):
-            return line.split(": ", 1)[-1] if line.startswith("distspawn.") else line
+        if "failed after" in line or line.startswith("E ") or " ranks failed (" in line:
+            continue
+        return line.split(": ", 1)[-1] if line.startswith("distspawn.") else line
     return lines[0] if lines else ""
 
 

@@ -104,6 +104,7 @@ def summary(only_waiting: bool = False) -> dict[str, Any] | None:
     """This process's recorded calls, compact: None when nothing was recorded."""
     groups: dict[str, Any] = {}
     entries: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
     for dump in _dumpers():
         try:
             raw = json.loads(dump(True, only_waiting))
@@ -112,7 +113,13 @@ def summary(only_waiting: bool = False) -> dict[str, Any] | None:
         for status_name, status in (raw.get("pg_status") or {}).items():
             groups.setdefault(status_name, {})["completed"] = _int(
                 status.get("last_completed_collective"))
-        entries.extend(_entry(e) for e in raw.get("entries") or ())
+        for raw_entry in raw.get("entries") or ():
+            entry = _entry(raw_entry)
+            # Where gloo's and nccl's dumps read one recorder, keep each call once.
+            key = (entry["order"], entry["group"], entry["seq"], entry["op"])
+            if key not in seen:
+                seen.add(key)
+                entries.append(entry)
     if not entries and not groups:
         return None
     for name, ranks in _group_members().items():
