@@ -57,7 +57,8 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                may_be_missing=True),
     PrivateAPI("torch._C._ensureCUDADeviceGuardSet", "backends.threaded_pg",
                "a CUDA build with no device: a rank thread's first torch.compile swaps "
-               "the CUDA device guard while other rank threads run ops (SIGSEGV on 2.10)"),
+               "the CUDA device guard while other rank threads run ops (SIGSEGV on 2.10; "
+               "2.8 has no such swap)", may_be_missing=True),
     PrivateAPI("torch._C._set_print_stack_traces_on_fatal_signal", "engine.worker",
                "a crashed rank's report has its Python stack and output, no native frames"),
     PrivateAPI("multiprocessing.forkserver._forkserver._forkserver_alive_fd", "engine.worker",
@@ -66,8 +67,9 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("multiprocessing.forkserver._forkserver._stop", "engine.rank_server",
                "a rank server whose preloaded modules no longer fit the environment "
                "cannot be restarted: ranks start afresh (spawn) for the rest of the run"),
-    PrivateAPI("sys._current_frames", "cases.threaded",
-               "a rank thread stuck at the deadline is reported without its stack"),
+    PrivateAPI("sys._current_frames", "cases.threaded, engine.collective_log",
+               "a rank thread stuck at the deadline is reported without its stack; on "
+               "gloo, a send facing a send is judged at the deadline only"),
     PrivateAPI("torch._dynamo.utils.unwrap_if_wrapper", "backends.thread_rng",
                "(read through the wrappers' _torchdynamo_inline attribute) torch.compile "
                "inside a rank thread inlines the random-function wrappers instead, and a "

@@ -73,18 +73,22 @@ def processes_with_marker(marker: str, settle_s: float = 5.0) -> list[int]:
 
     multiprocessing's resource tracker, for one, exits just after its parent.
     """
-    pids = _marked_now(marker)
     deadline = time.monotonic() + settle_s
-    for pid in pids:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError:
-            continue  # already gone
-        try:
-            select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
-        finally:
-            os.close(pidfd)
-    return _marked_now(marker)
+    while True:
+        # Listed again after each wait: one may have started meanwhile (a rank
+        # its server was forking when the parent died).
+        pids = _marked_now(marker)
+        if not pids or time.monotonic() >= deadline:
+            return pids
+        for pid in pids:
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue  # already gone
+            try:
+                select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+            finally:
+                os.close(pidfd)
 
 
 def _marked_now(marker: str) -> list[int]:

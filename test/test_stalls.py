@@ -25,6 +25,10 @@ ROWS = {
     "test_a_rank_calls_a_subgroup_collective_it_is_not_in":
         "collective #1 on group 1 (ranks 0, 1): rank 0 waits in all_reduce float32[2]; "
         "rank 1 waits in collective #{n} on the default group (all_reduce float32[2]) instead",
+    "test_send_facing_send": "every rank still running (0, 1) waits in a send: send facing "
+                             "send, nobody receives; rank 2 returned from its test",
+    "test_recv_facing_recv": "every rank still running (0, 1) waits in a receive: receive "
+                             "facing receive, nobody sends; rank 2 returned from its test",
 }
 # Rows gloo itself ends at once (a dtype mismatch aborts a rank; an exit is seen).
 FAST_ROWS = {"test_dtypes_differ": "rank 1: crashed with SIGABRT",
@@ -58,8 +62,9 @@ def test_a_stall_is_named_in_seconds(table, name):
     assert seconds < 10 * table.load, report
     first_line = report.splitlines()[0]
     assert re.match(as_pattern(ROWS[name]), first_line), report
-    # Then each rank's part, with its recorded calls.
-    assert "its last recorded collectives, oldest first:" in report, report
+    # Then each rank's part, with its recorded calls (gloo records no send or recv).
+    if "facing" not in name:
+        assert "its last recorded collectives, oldest first:" in report, report
     assert "did not finish before the deadline" not in report, report
 
 

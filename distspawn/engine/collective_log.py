@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -134,8 +135,6 @@ def _group_members() -> dict[str, list[int]]:
 
     (The recorder's own ``pg_config`` is filled in by nccl only.)
     """
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     world = getattr(getattr(dist, "distributed_c10d", None), "_world", None)
     names = getattr(world, "pg_names", None)  # private: listed in distspawn.private_apis
@@ -176,6 +175,26 @@ def _entry(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# gloo's recorder leaves out send and recv: a rank's main thread found inside
+# torch.distributed's own send or recv stands in for the missing record.
+_P2P_FUNCTIONS = ("send", "recv")
+_C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
+_FRAMES_LOOKED_AT = 4  # from the innermost Python frame outwards
+
+
+def _main_thread_in_point_to_point() -> tuple[int, str] | None:
+    """(frame id, "send" or "recv") where the main thread waits in one, else None."""
+    frame = sys._current_frames().get(threading.main_thread().ident)  # private: listed
+    for _ in range(_FRAMES_LOOKED_AT):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name in _P2P_FUNCTIONS and code.co_filename.endswith(_C10D_FILE):
+            return id(frame), code.co_name
+        frame = frame.f_back
+    return None
+
+
 class _LogWriter:
     """Copies the recorder's summary into the rank's file, on change and as a heartbeat."""
 
@@ -183,14 +202,25 @@ class _LogWriter:
         self.path = path
         self._last_key: Any = None
         self._written = False
+        self._p2p: tuple[int, str, int] | None = None  # frame id, op, first seen (ns)
+
+    def _unrecorded_p2p(self) -> dict[str, Any] | None:
+        found = _main_thread_in_point_to_point()
+        if found is None:
+            self._p2p = None
+            return None
+        if self._p2p is None or self._p2p[0] != found[0]:
+            self._p2p = (*found, time.time_ns())
+        return {"op": self._p2p[1], "since_ns": self._p2p[2]}
 
     def write(self, final: bool = False) -> None:
         waiting = summary(only_waiting=True)
-        if waiting is None and not final:
+        p2p = None if final else self._unrecorded_p2p()
+        if waiting is None and p2p is None and not final:
             return
-        key = None if waiting is None else (
+        key = (None if waiting is None else (
             [e["order"] for e in waiting["calls"]],
-            sorted((name, g.get("completed")) for name, g in waiting["groups"].items()))
+            sorted((name, g.get("completed")) for name, g in waiting["groups"].items())), p2p)
         if key == self._last_key and self._written and not final:
             os.utime(self.path)  # the heartbeat: this rank's thread still runs
             return
@@ -203,7 +233,8 @@ class _LogWriter:
             self._last_key = key
             found = summary()  # something changed: the recent retired calls too
         found = found or {"groups": {}, "calls": []}
-        record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final, **found}
+        record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final,
+                  "unrecorded_p2p": p2p, **found}
         temporary = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(temporary, "w") as f:
             json.dump(record, f)

@@ -69,10 +69,19 @@ class RankState:
     log: dict[str, Any] | None = None
     fresh: bool = False
     exit_code: int | None = None
+    log_time: float = 0.0  # when its thread last wrote or touched the log (time.time())
 
     def waiting(self) -> dict[str, Any] | None:
         calls = [c for c in (self.log or {}).get("calls", ()) if not c["retired"]]
-        return calls[-1] if calls else None
+        if calls:
+            return calls[-1]
+        unrecorded = (self.log or {}).get("unrecorded_p2p")
+        if unrecorded:
+            # A send or recv the backend does not record (gloo), seen on the stack.
+            return {"order": -1, "group": "", "group_desc": "", "seq": None, "p2p": True,
+                    "op": unrecorded["op"], "sizes": [], "dtypes": [], "retired": False,
+                    "created_ns": unrecorded["since_ns"]}
+        return None
 
     def completed(self, group: str) -> int | None:
         return ((self.log or {}).get("groups", {}).get(group) or {}).get("completed")
@@ -108,6 +117,8 @@ def group_words(call: dict[str, Any], states: list[RankState]) -> str:
 
 
 def call_words(call: dict[str, Any], states: list[RankState]) -> str:
+    if call.get("seq") is None:
+        return f"dist.{call['op']} (unrecorded by the backend, seen on its stack)"
     kind = "point-to-point call" if call["p2p"] else "collective"
     return f"{kind} #{call['seq']} on {group_words(call, states)}"
 
@@ -225,7 +236,9 @@ def _exited(state: RankState) -> str:
 
 
 def _after(completed: int | None) -> str:
-    return f"after collective #{completed}" if completed else "before any collective on it"
+    if completed is None or completed < 1:  # the recorder says -1 before the first
+        return "before any collective on it"
+    return f"after collective #{completed}"
 
 
 def _p2p_deadlock(running: list[RankState], states: list[RankState]) -> str | None:
@@ -236,9 +249,14 @@ def _p2p_deadlock(running: list[RankState], states: list[RankState]) -> str | No
     if ops <= {"send"} or ops <= {"recv", "recv_anysource"}:
         kind = "send" if ops == {"send"} else "receive"
         ranks = _ranks([s.rank for s in running])
-        finished = [s.rank for s in states if s.phase != "running"]
-        rest = f"; rank{'s' if len(finished) > 1 else ''} {_ranks(finished)} left" if finished \
-            else ""
+        finished = [s.rank for s in states if s.phase == "finished"]
+        exited = [s.rank for s in states if s.phase == "exited"]
+        rest = ""
+        if finished:
+            their = "its test" if len(finished) == 1 else "their tests"
+            rest += f"; {_rank_or_ranks(finished)} returned from {their}"
+        if exited:
+            rest += f"; {_rank_or_ranks(exited)} exited"
         return (f"every rank still running ({ranks}) waits in a {kind}: {kind} facing {kind}, "
                 f"nobody {'receives' if kind == 'send' else 'sends'}{rest}")
     return None
@@ -251,8 +269,8 @@ def doing(state: RankState, states: list[RankState], now_ns: int) -> str:
         if call is None:
             return "busy outside any recorded collective"
         waited = max(0.0, (now_ns - call["created_ns"]) / 1e9)
-        return (f"waiting in {call_words(call, states)}: {signature(call)} "
-                f"(for {waited:.1f} s)")
+        what = "" if call.get("seq") is None else f": {signature(call)}"
+        return f"waiting in {call_words(call, states)}{what} (for {waited:.1f} s)"
     last = _last_call(state)
     after = f" after {call_words(last, states)}" if last is not None else ""
     if state.phase == "finished":

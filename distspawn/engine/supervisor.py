@@ -100,6 +100,10 @@ class RankSupervisor:
             r.files.collectives_path for r in ranks) else 0.0
         self._next_stall_check = self._now + self._stall_window_s
         self.stall: stall.Stall | None = None
+        # A stall seen once is confirmed once every running rank's thread has
+        # looked again (a log can be a heartbeat old: a rank may have just
+        # finished the call it says it waits in).
+        self._suspected: tuple[str, float] | None = None
 
     def watch(self) -> list[RankOutcome]:
         """Wait for every rank, the first failure, or the deadline; then collect."""
@@ -240,8 +244,16 @@ class RankSupervisor:
 
     def _judge_stall(self) -> bool:
         """Read the ranks' collective logs; True when they show a stall."""
-        found = stall.judge(self._rank_states(), time.time_ns(), self._stall_window_s)
+        states = self._rank_states()
+        found = stall.judge(states, time.time_ns(), self._stall_window_s)
         if found is None:
+            self._suspected = None
+            return False
+        if self._suspected is None or self._suspected[0] != found.headline:
+            self._suspected = (found.headline, time.time())
+            return False
+        seen_at = self._suspected[1]
+        if any(s.phase == "running" and s.log_time <= seen_at for s in states):
             return False
         self.stall = found
         return True
@@ -256,8 +268,9 @@ class RankSupervisor:
                 phase = "finished"  # its test returned (it may be waiting to leave)
             else:
                 phase = "running" if rank in running else "exited"
-            log, fresh = _read_collective_log(handle.files.collectives_path)
-            states.append(stall.RankState(rank, phase, log, fresh, outcome.exit_code))
+            log, written = _read_collective_log(handle.files.collectives_path)
+            fresh = time.time() - written <= stall.FRESH_S
+            states.append(stall.RankState(rank, phase, log, fresh, outcome.exit_code, written))
         return states
 
     # -- helpers ------------------------------------------------------------
@@ -414,16 +427,16 @@ def _stacks_over_pipes(ranks: list[RankProcess]) -> dict[int, str]:
     return stacks
 
 
-def _read_collective_log(path: str | None) -> tuple[dict | None, bool]:
-    """A rank's collective log and whether its thread touched it lately."""
+def _read_collective_log(path: str | None) -> tuple[dict | None, float]:
+    """A rank's collective log and when its thread last wrote or touched it."""
     if not path:
-        return None, False
+        return None, 0.0
     try:
-        age = time.time() - os.path.getmtime(path)
+        written = os.path.getmtime(path)
         with open(path) as f:
-            return json.load(f), age <= stall.FRESH_S
+            return json.load(f), written
     except (OSError, ValueError):
-        return None, False
+        return None, 0.0
 
 
 def _crash_time(path: str) -> float | None:

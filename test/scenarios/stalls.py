@@ -61,6 +61,14 @@ class Rows:
             os._exit(0)
         dist.all_reduce(torch.ones(2))
 
+    def test_send_facing_send(self):
+        if self.rank < 2:
+            dist.send(torch.ones(2), dst=1 - self.rank)
+
+    def test_recv_facing_recv(self):
+        if self.rank < 2:
+            dist.recv(torch.ones(2), src=1 - self.rank)
+
     def test_slow_rank_joins_a_matching_collective(self):
         if self.rank == 1:
             time.sleep(8)
