@@ -80,7 +80,7 @@ def test_every_name_upstreams_module_defines_is_here():
 
     defined = [name for name, value in vars(upstream).items()
                if not name.startswith("__") and getattr(value, "__module__", None) == upstream.__name__]
-    assert len(defined) > 40
+    assert len(defined) > 30  # a sanity check: 2.8 defines 39, 2.13 more
     assert [name for name in defined if not hasattr(ours, name)] == []
     for name in defined:
         theirs = getattr(upstream, name)
