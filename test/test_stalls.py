@@ -17,8 +17,11 @@ ROWS = {
     "test_shapes_differ": "collective #{n} on the default group: rank 1 all_reduce float32[3]; "
                           "ranks 0, 2 all_reduce float32[2] (shapes differ)",
     "test_all_reduce_against_broadcast": "collective #{n} on the default group: rank 0 broadcast "
-                                         "float32[4]; ranks 1, 2 all_reduce float32[4] "
+                                         "float32[4] src=0; ranks 1, 2 all_reduce float32[4] "
                                          "(ops differ)",
+    "test_broadcast_roots_differ": "collective #{n} on the default group: rank 0 broadcast "
+                                   "float32[4] src=0; rank 2 broadcast float32[4] src=1; "
+                                   "rank 1 got through it (roots differ)",
     "test_a_rank_skips_a_collective_and_returns":
         "rank 2 never reached collective #{n} on the default group (all_reduce float32[2]): "
         "it returned from its test after collective #{m}; ranks 0, 1 wait in all_reduce",
@@ -36,10 +39,16 @@ FAST_ROWS = {"test_dtypes_differ": "rank 1: crashed with SIGABRT",
 PASSING = ("test_slow_rank_joins_a_matching_collective", "test_large_matching_all_reduce")
 
 
-@pytest.fixture(scope="module", params=["processes", "reused"])
+@pytest.fixture(scope="module", params=["processes", "reused", "stand-in"])
 def table(request):
     env = {"DISTSPAWN_STALL_TIER": request.param, "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "300"}
-    run = run_python(["stalls.py", "-v"], env=env, timeout=240)
+    command = ["stalls.py", "-v"]
+    if request.param == "stand-in":
+        # The rows as an upstream-style file, unchanged, run through the stand-in mode.
+        pytest.importorskip("torch.testing._internal.common_distributed")
+        env["DISTSPAWN_STALL_TIER"] = "upstream"
+        command = ["-m", "distspawn.stand_in", *command]
+    run = run_python(command, env=env, timeout=240)
     run.tier = request.param
     run.load = load_factor()  # bounds scale on a loaded machine (harness.load_factor)
     return run
@@ -88,15 +97,6 @@ def test_matching_calls_are_never_judged_however_slow(table, name):
 
 def test_nothing_is_left_behind(table):
     assert table.leftover_files == [] and table.leftover_pids == []
-
-
-def test_the_stand_in_mode_names_the_stall_in_an_upstream_style_file():
-    pytest.importorskip("torch.testing._internal.common_distributed")
-    run = run_python(["-m", "distspawn.stand_in", "stalls.py", "Stalls.test_shapes_differ"],
-                     env={"DISTSPAWN_STALL_TIER": "upstream"}, timeout=120)
-    seconds, report = failure_of(run, "test_shapes_differ")
-    assert seconds < 10 * load_factor(), report
-    assert "(shapes differ)" in report.splitlines()[0], report
 
 
 def test_with_early_judgement_off_the_deadline_still_names_the_stall():
@@ -181,3 +181,20 @@ def test_send_facing_send_is_said():
     found = stall.judge(states, NOW, 3.0)
     assert found.headline == ("every rank still running (0, 1) waits in a send: send facing "
                               "send, nobody receives")
+
+
+def test_reduce_ops_read_from_blocked_stacks_are_compared():
+    states = [state(r, "running", call(1)) for r in range(3)]
+    for s in states:
+        s.log["main_call"] = {"function": "all_reduce",
+                              "reduce_op": "MAX" if s.rank == 1 else "SUM"}
+    found = stall.judge(states, NOW, 3.0)
+    assert found.headline == ("collective #1 on the default group: rank 1 all_reduce "
+                              "float32[2] MAX; ranks 0, 2 all_reduce float32[2] SUM "
+                              "(reduce ops differ)")
+
+
+def test_a_stack_in_another_function_adds_nothing_to_the_recorded_call():
+    states = [state(r, "running", call(1)) for r in range(3)]
+    states[1].log["main_call"] = {"function": "broadcast", "root": 1}
+    assert stall.judge(states, NOW, 3.0) is None  # the waits match: only the deadline ends them

@@ -175,24 +175,44 @@ def _entry(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# gloo's recorder leaves out send and recv: a rank's main thread found inside
-# torch.distributed's own send or recv stands in for the missing record.
+# The recorder keeps neither a call's root nor its reduce op, and gloo's
+# leaves out send and recv: the rank's main thread, found inside one of
+# torch.distributed's own functions, says what it waits in and with what.
 _P2P_FUNCTIONS = ("send", "recv")
 _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 _FRAMES_LOOKED_AT = 4  # from the innermost Python frame outwards
+# Arguments worth keeping: which rank is the root, and how values combine.
+_ROOT_ARGUMENTS = ("src", "dst", "group_src", "group_dst")
 
 
-def _main_thread_in_point_to_point() -> tuple[int, str] | None:
-    """(frame id, "send" or "recv") where the main thread waits in one, else None."""
+def _main_thread_c10d_call() -> tuple[int, str, dict[str, Any]] | None:
+    """(frame id, function, {"root", "reduce_op"}) of the torch.distributed
+    function the main thread is in, else None."""
     frame = sys._current_frames().get(threading.main_thread().ident)  # private: listed
     for _ in range(_FRAMES_LOOKED_AT):
         if frame is None:
             return None
         code = frame.f_code
-        if code.co_name in _P2P_FUNCTIONS and code.co_filename.endswith(_C10D_FILE):
-            return id(frame), code.co_name
+        if code.co_filename.endswith(_C10D_FILE) and not code.co_name.startswith("_"):
+            return id(frame), code.co_name, _call_arguments(frame)
         frame = frame.f_back
     return None
+
+
+def _call_arguments(frame: Any) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    try:
+        local = frame.f_locals
+        for name in _ROOT_ARGUMENTS:
+            if isinstance(local.get(name), int):
+                found["root"] = local[name]
+                break
+        op = local.get("op")
+        if op is not None and not isinstance(op, (str, int)):
+            found["reduce_op"] = str(getattr(op, "name", op)).rsplit(".", 1)[-1]
+    except Exception:  # noqa: BLE001 - a frame that cannot be read says nothing
+        pass
+    return found
 
 
 class _LogWriter:
@@ -202,25 +222,31 @@ class _LogWriter:
         self.path = path
         self._last_key: Any = None
         self._written = False
-        self._p2p: tuple[int, str, int] | None = None  # frame id, op, first seen (ns)
+        # frame id, function, its arguments, first seen (ns)
+        self._main: tuple[int, str, dict[str, Any], int] | None = None
 
-    def _unrecorded_p2p(self) -> dict[str, Any] | None:
-        found = _main_thread_in_point_to_point()
+    def _main_call(self) -> dict[str, Any] | None:
+        found = _main_thread_c10d_call()
         if found is None:
-            self._p2p = None
+            self._main = None
             return None
-        if self._p2p is None or self._p2p[0] != found[0]:
-            self._p2p = (*found, time.time_ns())
-        return {"op": self._p2p[1], "since_ns": self._p2p[2]}
+        if self._main is None or self._main[0] != found[0]:
+            self._main = (*found, time.time_ns())
+        _, function, arguments, since_ns = self._main
+        return {"function": function, "since_ns": since_ns, **arguments}
 
     def write(self, final: bool = False) -> None:
         waiting = summary(only_waiting=True)
-        p2p = None if final else self._unrecorded_p2p()
+        main_call = None if final else self._main_call()
+        p2p = None
+        if main_call is not None and main_call["function"] in _P2P_FUNCTIONS:
+            p2p = {"op": main_call["function"], "since_ns": main_call["since_ns"]}
         if waiting is None and p2p is None and not final:
             return
         key = (None if waiting is None else (
             [e["order"] for e in waiting["calls"]],
-            sorted((name, g.get("completed")) for name, g in waiting["groups"].items())), p2p)
+            sorted((name, g.get("completed")) for name, g in waiting["groups"].items())),
+            main_call)
         if key == self._last_key and self._written and not final:
             os.utime(self.path)  # the heartbeat: this rank's thread still runs
             return
@@ -234,7 +260,7 @@ class _LogWriter:
             found = summary()  # something changed: the recent retired calls too
         found = found or {"groups": {}, "calls": []}
         record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final,
-                  "unrecorded_p2p": p2p, **found}
+                  "unrecorded_p2p": p2p, "main_call": main_call, **found}
         temporary = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(temporary, "w") as f:
             json.dump(record, f)

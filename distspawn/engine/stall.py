@@ -74,6 +74,10 @@ class RankState:
     def waiting(self) -> dict[str, Any] | None:
         calls = [c for c in (self.log or {}).get("calls", ()) if not c["retired"]]
         if calls:
+            main = (self.log or {}).get("main_call") or {}
+            if main.get("function") == calls[-1]["op"]:
+                # The recorder keeps no root or reduce op; the rank's stack does.
+                return {**calls[-1], **{k: main[k] for k in _ARGUMENTS if k in main}}
             return calls[-1]
         unrecorded = (self.log or {}).get("unrecorded_p2p")
         if unrecorded:
@@ -99,12 +103,26 @@ class Stall:
     recent: dict[int, list[str]] = field(default_factory=dict)  # rank -> its last calls
 
 
-def signature(call: dict[str, Any]) -> str:
-    """``all_reduce float32[2]``: the op and each input's dtype and shape."""
+# What a blocked call's stack adds to its record (engine.collective_log).
+_ARGUMENTS = ("root", "reduce_op")
+
+
+def signature(call: dict[str, Any], reduce_op: bool = False) -> str:
+    """``broadcast float32[2] src=0``: the op, each input's dtype and shape,
+    the root where known, and (``reduce_op``) how values combine."""
     shapes = call.get("sizes") or []
     dtypes = call.get("dtypes") or []
     parts = [f"{_DTYPES.get(d, d)}{list(s)}" for d, s in zip(dtypes, shapes)]
-    return " ".join([call["op"], ", ".join(parts)]).strip()
+    words = [call["op"], ", ".join(parts)]
+    if call.get("root") is not None:
+        words.append(f"src={call['root']}" if call["op"] in _FROM_ROOT else f"dst={call['root']}")
+    if reduce_op and call.get("reduce_op"):
+        words.append(call["reduce_op"])
+    return " ".join(w for w in words if w).strip()
+
+
+# Rooted collectives whose root sends; the rest (reduce, gather) receive at it.
+_FROM_ROOT = ("broadcast", "scatter")
 
 
 def group_words(call: dict[str, Any], states: list[RankState]) -> str:
@@ -170,9 +188,20 @@ def _collective_disagreement(states: list[RankState], running: list[RankState]) 
             fingerprints.setdefault(key, []).append(rank)
         if len(fingerprints) > 1:
             return _mismatch(call, made, fingerprints, states)
+        # Members whose group got past this number without a record of the call left.
+        through = [m.rank for m in members if m.rank not in made
+                   and (m.completed(call["group"]) or -1) >= (call["seq"] or 0)]
+        for argument in _ARGUMENTS:
+            # Known only for calls still waiting (read from their stacks).
+            values: dict[Any, list[int]] = {}
+            for rank, made_call in sorted(made.items()):
+                if made_call.get(argument) is not None:
+                    values.setdefault(made_call[argument], []).append(rank)
+            if len(values) > 1:
+                return _arguments_differ(call, made, argument, values, through, states)
         here = [m for m in members if m.rank in made]
         # A member that left explains the wait better than one waiting elsewhere.
-        away = sorted((m for m in members if m.rank not in made),
+        away = sorted((m for m in members if m.rank not in made and m.rank not in through),
                       key=lambda m: m.phase == "running")
         if away:
             return _missing_member(call, here, away[0], states)
@@ -210,6 +239,20 @@ def _mismatch(call: dict[str, Any], made: dict[int, dict[str, Any]],
     what = ("ops differ" if len({k[0] for k in keys}) > 1 else
             "dtypes differ" if len({k[2] for k in keys}) > 1 else "shapes differ")
     return f"{call_words(call, states)}: {described} ({what})"
+
+
+def _arguments_differ(call: dict[str, Any], made: dict[int, dict[str, Any]], argument: str,
+                      values: dict[Any, list[int]], through: list[int],
+                      states: list[RankState]) -> str:
+    parties = sorted(values.values(), key=lambda ranks: (len(ranks), ranks))
+    described = [f"{_rank_or_ranks(ranks)} {signature(made[ranks[0]], reduce_op=True)}"
+                 for ranks in parties]
+    through = sorted(set(through) | {r for r, c in made.items()
+                                     if c.get(argument) is None and c["retired"]})
+    if through:
+        described.append(f"{_rank_or_ranks(through)} got through it")
+    what = "roots differ" if argument == "root" else "reduce ops differ"
+    return f"{call_words(call, states)}: {'; '.join(described)} ({what})"
 
 
 def _missing_member(call: dict[str, Any], here: list[RankState], away: RankState,

@@ -39,6 +39,10 @@ class Rows:
         else:
             dist.all_reduce(t)
 
+    def test_broadcast_roots_differ(self):
+        t = torch.ones(4)
+        dist.broadcast(t, src=1 if self.rank == 2 else 0)
+
     def test_a_rank_skips_a_collective_and_returns(self):
         t = torch.ones(2)
         dist.all_reduce(t)
