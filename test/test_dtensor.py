@@ -6,9 +6,17 @@ imports, once on upstream's harness: same verdicts.
 """
 
 
+import importlib.util
+
 import pytest
 
-from harness import needs_gpus, run_python, scenario_verdicts, upstream_module_imports
+from harness import (
+    needs_gpus,
+    run_python,
+    scenario_verdicts,
+    skip_unless_upstream_runs,
+    upstream_module_imports,
+)
 
 EXPECTED = {
     "DTensorBasics.test_2d_mesh": "pass",
@@ -38,13 +46,39 @@ EXPECTED = {
 }
 
 
+# torch 2.8 has no LocalTensorMode: the bases that hold every rank in one
+# process skip, saying so (a capability of the release, not a failure).
+LOCAL_TENSOR_SKIP = "skip: this torch has no torch.distributed._local_tensor (LocalTensorMode)"
+IN_ONE_PROCESS = ("EveryRankInOneProcess", "WithLocalTensor.")
+
+
+# Expert parallelism with TP needs DeviceMesh._concatenate (not in torch 2.8):
+# the fixture says so and the test fails, as on any harness.
+EXPERTS = "ExpertLayers.test_transformer_with_experts_under_tp_ep_and_both"
+EXPERTS_NEED = "ExpertParallelWithTP needs DeviceMesh._concatenate, which this torch lacks"
+
+
+def expected() -> dict:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    found = dict(EXPECTED)
+    if importlib.util.find_spec("torch.distributed._local_tensor") is None:
+        found.update({test: LOCAL_TENSOR_SKIP for test in EXPECTED
+                      if any(part in test for part in IN_ONE_PROCESS)})
+    if not hasattr(DeviceMesh, "_concatenate"):
+        found[EXPERTS] = "fail"
+    return found
+
+
 def verdicts(env=None):
     return scenario_verdicts("dtensor_suite", env)
 
 
 def test_dtensor_file_gets_the_expected_verdicts():
     found, run = verdicts()
-    assert found == EXPECTED
+    assert found == expected()
+    if found[EXPERTS] == "fail":
+        assert EXPERTS_NEED in run.output, run.output
     assert run.leftover_files == [] and run.leftover_pids == []
 
 
@@ -55,6 +89,7 @@ def upstream_dtensor_imports() -> bool:
 @pytest.mark.skipif(not upstream_dtensor_imports(), reason="upstream's common_dtensor "
                     "does not import here")
 def test_upstream_gives_the_same_verdicts():
+    skip_unless_upstream_runs("dtensor_suite.py")  # its bases are newer than torch 2.8
     found, _ = verdicts({"UPSTREAM_HARNESS": "1"})
     # Upstream's reused ranks skip the rest of a class after a failure (its
     # "poison pill"); distspawn's run them on fresh workers, by design.

@@ -10,7 +10,14 @@ for GPUs skips.
 import pytest
 import torch
 
-from harness import run_python, scenario_verdicts, upstream_module_imports, needs_gpus
+from harness import (
+    gloo_reduce_scatter_always_sums,
+    needs_gpus,
+    run_python,
+    scenario_verdicts,
+    skip_unless_upstream_runs,
+    upstream_module_imports,
+)
 
 EXPECTED = {
     "CompiledOrNot.test_eager_run_always_happens": "pass",
@@ -32,7 +39,17 @@ def verdicts(env=None):
 @pytest.mark.skipif(not NO_GPU, reason="checks the CPU fallback")
 def test_fsdp_tests_run_on_cpu_with_gloo():
     found, run = verdicts()
-    assert found == EXPECTED
+    expected = dict(EXPECTED)
+    if gloo_reduce_scatter_always_sums():
+        # torch 2.8: FSDP2 reduce-scatters gradients with ReduceOp.AVG, and
+        # that release's gloo sums whatever the op: the sharded model trains on
+        # gradients twice the replicated one's, and a parity test fails, as it
+        # would on any harness that ran it.
+        for test, verdict in EXPECTED.items():
+            if "matches_replicated_training" in test:
+                expected[test] = "fail"
+        assert "Scalars are not close" in run.output, run.output
+    assert found == expected
     assert run.leftover_files == [] and run.leftover_pids == []
 
 
@@ -43,6 +60,7 @@ def upstream_fsdp_imports() -> bool:
 @pytest.mark.skipif(not (NO_GPU and upstream_fsdp_imports()),
                     reason="needs upstream's common_fsdp and no GPU")
 def test_upstream_skips_what_distspawn_runs():
+    skip_unless_upstream_runs("fsdp_suite.py")  # FSDPTestContinuous is newer than torch 2.8
     found, _ = verdicts({"UPSTREAM_HARNESS": "1"})
     assert found["FullyShardOnThreads.test_world_on_threads"] == "pass"
     ranks = {t: v for t, v in found.items() if t.startswith(

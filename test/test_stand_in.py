@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from harness import run_python, run_python_on_upstream, needs_gpus
+from harness import needs_gpus, run_python, run_python_on_upstream, upstream_lacks
 
 pytest.importorskip("torch.testing._internal.common_utils",
                     reason="upstream's harness does not import here (expecttest missing?)")
@@ -25,6 +25,20 @@ EXPECTED = {
     "FSDPOnRanks::test_fully_shard": "SKIPPED",  # upstream's FSDPTest wants 2 GPUs
     "FSDPOnThreads::test_fully_shard_on_threads": "PASSED",
 }
+
+
+def expected(upstream_fsdp_verdict: str) -> dict[str, str]:
+    found = dict(EXPECTED)
+    if upstream_lacks("torch.testing._internal.distributed._tensor.common_dtensor",
+                      ("LocalDTensorTestBase",)):  # torch 2.8: the file leaves the class out
+        del found["AllRanksInOneProcess::test_local_tensor_mode"]
+    # torch 2.8's FSDPTest runs on CPU; later releases' skip without 2 GPUs.
+    if upstream_fsdp_verdict == "PASSED":
+        found["FSDPOnRanks::test_fully_shard"] = "PASSED"
+    return found
+
+
+FSDP_TEST = "FSDPOnRanks::test_fully_shard"
 # Only distspawn's failure report says this (upstream prints its own repro line).
 DISTSPAWN_REPORT = "Re-run just this test:"
 FALLBACK = "running on upstream's harness unchanged"
@@ -47,13 +61,15 @@ def pytest_run(*extra: str, env: dict | None = None):
 def test_same_verdicts_as_upstream_on_distspawns_engine():
     upstream = pytest_run()
     stand_in = pytest_run("--distspawn-stand-in", "-rs")
-    assert verdicts(upstream.output) == EXPECTED, upstream.output
-    assert verdicts(stand_in.output) == EXPECTED, stand_in.output
+    theirs = verdicts(upstream.output)
+    assert theirs == expected(theirs.get(FSDP_TEST)), upstream.output
+    assert verdicts(stand_in.output) == theirs, stand_in.output
     # The failure is reported by distspawn (the rank and its assertion), not upstream.
     assert DISTSPAWN_REPORT not in upstream.output
     assert DISTSPAWN_REPORT in stand_in.output
     assert "rank 2 disagrees" in stand_in.output
-    assert needs_gpus(2) in stand_in.output  # upstream FSDPTest's reason
+    if theirs[FSDP_TEST] == "SKIPPED":
+        assert needs_gpus(2) in stand_in.output  # upstream FSDPTest's reason
     for run in (upstream, stand_in):
         assert FALLBACK not in run.output
         assert run.leftover_pids == []

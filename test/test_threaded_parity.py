@@ -9,7 +9,9 @@ import json
 
 import pytest
 
-from harness import run_python
+import re
+
+from harness import gloo_reduce_scatter_always_sums, run_python
 
 
 def _results(backend, world_size):
@@ -28,8 +30,22 @@ def test_threaded_matches_gloo(world_size):
     for rank in threaded:
         assert "error" not in threaded[rank], threaded[rank].get("error")
         assert len(threaded[rank]) >= 80
+        # What gloo on this release refuses (alltoall before torch 2.9) the
+        # threads still do; the rest is compared.
+        lacked = [name[:-len(".lacked")] for name in gloo[rank] if name.endswith(".lacked")]
+        for name in lacked:
+            assert "does not support alltoall" in gloo[rank].pop(name + ".lacked")
+        compared = {name: value for name, value in threaded[rank].items()
+                    if not any(name.startswith(prefix) for prefix in lacked)}
+        assert len(compared) >= 70
         differences = {name: (value, gloo[rank].get(name))
-                       for name, value in threaded[rank].items()
-                       if gloo[rank].get(name) != value}
+                       for name, value in compared.items() if gloo[rank].get(name) != value}
+        if gloo_reduce_scatter_always_sums():
+            # torch 2.8's gloo sums in reduce_scatter whatever the op: there its
+            # result for AVG or MAX is the threads' (right) result for SUM.
+            for name in [n for n in differences if re.search(r"reduce_scatter\w*\.\w+$", n)]:
+                as_sum = re.sub(r"\.\w+$", ".SUM", name)
+                if differences[name][1] == threaded[rank].get(as_sum):
+                    del differences[name]
         assert differences == {}, f"rank {rank}"
-        assert set(threaded[rank]) == set(gloo[rank])
+        assert set(compared) == set(gloo[rank])

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 import torch.distributed as dist
 
+from ..engine import releases
 from ..engine.exit_codes import TEST_SKIPS
 from ..fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
 from ..fixtures.device_probe import accelerator_device_count
@@ -300,13 +301,15 @@ def _param_group_module() -> Any:
 
 
 def patch_all_gather(new_all_gather_into_tensor: Callable):
-    """Within the block, ``dist.all_gather_single`` (what FSDP calls) is the given one."""
-    return _patched(dist, "all_gather_single", new_all_gather_into_tensor)
+    """Within the block, the all-gather FSDP calls (``dist.all_gather_single``;
+    ``all_gather_into_tensor`` on torch 2.8) is the given one."""
+    return _patched(dist, releases.fsdp_calls("all_gather"), new_all_gather_into_tensor)
 
 
 def patch_reduce_scatter(new_reduce_scatter_tensor: Callable):
-    """Within the block, ``dist.reduce_scatter_single`` is the given one."""
-    return _patched(dist, "reduce_scatter_single", new_reduce_scatter_tensor)
+    """Within the block, the reduce-scatter FSDP calls (``dist.reduce_scatter_single``;
+    ``reduce_scatter_tensor`` on torch 2.8) is the given one."""
+    return _patched(dist, releases.fsdp_calls("reduce_scatter"), new_reduce_scatter_tensor)
 
 
 def patch_all_reduce(new_all_reduce: Callable):

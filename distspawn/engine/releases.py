@@ -30,3 +30,21 @@ def upstream_says_multi_device() -> bool:
             return '"multi-device-' in f.read()
     except OSError:
         return False  # no harness shipped: the older words
+
+
+def fsdp_calls(collective: str) -> str:
+    """The ``torch.distributed`` function FSDP2 calls for ``collective``
+    ("all_gather" or "reduce_scatter"), which the harness's patch helpers swap.
+
+    Newer torch has ``all_gather_single`` / ``reduce_scatter_single`` and FSDP2
+    calls them; torch 2.8 has neither, and FSDP2 calls ``all_gather_into_tensor``
+    / ``reduce_scatter_tensor``. Patching a name FSDP2 does not call would leave
+    a test's replacement unused (its checks would see nothing).
+    """
+    import torch.distributed as dist
+
+    single = f"{collective}_single"
+    if hasattr(dist, single):
+        return single
+    return {"all_gather": "all_gather_into_tensor",
+            "reduce_scatter": "reduce_scatter_tensor"}[collective]

@@ -166,12 +166,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     os.environ[STAND_IN_VAR] = "1"
+    # The file's own arguments before upstream's modules are imported: torch
+    # 2.8's common_utils reads sys.argv at import (later releases in run_tests).
+    sys.argv = [args[1], *args[2:]] if args[0] == "-m" else list(args)
+    if args[0] != "-m":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
     install_if_requested("python -m distspawn.stand_in")
     if args[0] == "-m":
-        sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
-        sys.argv = list(args)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
         runpy.run_path(args[0], run_name="__main__")
     return 0

@@ -1,5 +1,7 @@
 """Run a scenario module's tests and print each verdict as JSON (last line of output).
 
+Each failure's message is printed before it (``FAILURE name: message``).
+
 Usage: python verdicts_json.py MODULE
 Used to compare harnesses on the same file, where log lines would garble -v output.
 """
@@ -23,9 +25,11 @@ class Recorder(unittest.TestResult):
 
     def addFailure(self, test, err):
         self.verdicts[self._name(test)] = "fail"
+        print(f"FAILURE {self._name(test)}: {err[1]}", flush=True)
 
     def addError(self, test, err):
         self.verdicts[self._name(test)] = "error"
+        print(f"FAILURE {self._name(test)}: {err[1]}", flush=True)
 
     def addSkip(self, test, reason):
         self.verdicts[self._name(test)] = f"skip: {reason}"
