@@ -155,10 +155,12 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
 # unittest's "test_x (...) ... ok" line; they say nothing about the test:
 # - a CUDA build of torch 2.8 with no CUDA toolkit, at import of cpp_extension;
 # - torch 2.8's gloo, as each rank connects.
-_RELEASE_NOISE = re.compile(
-    r"W\d{4} [\d:.]+ +\d+ \S*cpp_extension\.py:\d+\] No CUDA runtime is found[^\n]*\n?"
-    r"|(?:\[rank ?\d+\]:? ?)?\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
-    r"Expected number of connected peer ranks is : \d+\n?")
+_NOISE = (r"W\d{4} [\d:.]+ +\d+ \S*cpp_extension\.py:\d+\] No CUDA runtime is found[^\n]*"
+          r"|(?:\[rank ?\d+\]:? ?)?\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
+          r"Expected number of connected peer ranks is : \d+")
+# A whole line of it goes, indentation and all; inside a line, just the text
+# and the line break after it (which joins "test_x ... " to its verdict).
+_RELEASE_NOISE = re.compile(rf"^[ \t]*(?:{_NOISE})[ \t]*\n|(?:{_NOISE})\n?", re.M)
 
 
 def without_build_noise(output: str) -> str:

@@ -20,8 +20,12 @@ from typing import Any
 WINDOW_VARIABLE = "DISTSPAWN_STALL_WINDOW"
 DEFAULT_WINDOW_S = 3.0
 # A rank's log counts only if its thread wrote (or touched) it this recently:
-# an older one may describe calls that have since finished.
-FRESH_S = 1.5
+# an older one may describe calls that have since finished. Generous, since a
+# loaded machine can hold a 0.25 s heartbeat back for seconds (a recv-facing-
+# recv row once went unjudged at 1.5 s with two suites on a slow 2-core
+# machine); a stall seen is confirmed only after every running rank's log has
+# been written again (supervisor), so a stale log cannot decide alone.
+FRESH_S = 5.0
 
 # The recorder's dtype names, as torch spells dtypes.
 _DTYPES = {
