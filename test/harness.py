@@ -147,7 +147,7 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
         elapsed = time.monotonic() - started
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
                            if not is_torch_cache(p.relative_to(tmp)))
-    return Run(proc.returncode, without_build_noise(output), leftovers,
+    return Run(proc.returncode, without_release_noise(output), leftovers,
                processes_with_marker(marker), elapsed)
 
 
@@ -163,7 +163,7 @@ _NOISE = (r"W\d{4} [\d:.]+ +\d+ \S*cpp_extension\.py:\d+\] No CUDA runtime is fo
 _RELEASE_NOISE = re.compile(rf"^[ \t]*(?:{_NOISE})[ \t]*\n|(?:{_NOISE})\n?", re.M)
 
 
-def without_build_noise(output: str) -> str:
+def without_release_noise(output: str) -> str:
     """``output`` less the lines older releases print from every process."""
     return _RELEASE_NOISE.sub("", output)
 

@@ -25,6 +25,7 @@ EXPECTED = {
     "FSDPOnRanks::test_fully_shard": "SKIPPED",  # upstream's FSDPTest wants 2 GPUs
     "FSDPOnThreads::test_fully_shard_on_threads": "PASSED",
 }
+FSDP_TEST = "FSDPOnRanks::test_fully_shard"
 
 
 def expected(upstream_fsdp_verdict: str) -> dict[str, str]:
@@ -34,11 +35,10 @@ def expected(upstream_fsdp_verdict: str) -> dict[str, str]:
         del found["AllRanksInOneProcess::test_local_tensor_mode"]
     # torch 2.8's FSDPTest runs on CPU; later releases' skip without 2 GPUs.
     if upstream_fsdp_verdict == "PASSED":
-        found["FSDPOnRanks::test_fully_shard"] = "PASSED"
+        found[FSDP_TEST] = "PASSED"
     return found
 
 
-FSDP_TEST = "FSDPOnRanks::test_fully_shard"
 # Only distspawn's failure report says this (upstream prints its own repro line).
 DISTSPAWN_REPORT = "Re-run just this test:"
 FALLBACK = "running on upstream's harness unchanged"

@@ -6,10 +6,9 @@ once on rank threads and once on gloo rank processes.
 """
 
 import json
+import re
 
 import pytest
-
-import re
 
 from harness import gloo_reduce_scatter_always_sums, run_python
 

@@ -178,7 +178,8 @@ def _entry(raw: dict[str, Any]) -> dict[str, Any]:
 # The recorder keeps neither a call's root nor its reduce op, and gloo's
 # leaves out send and recv: the rank's main thread, found inside one of
 # torch.distributed's own functions, says what it waits in and with what.
-_P2P_FUNCTIONS = ("send", "recv")
+# gloo records neither; the stall judge reads them off the stack (engine.stall).
+P2P_FUNCTIONS = ("send", "recv")
 _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
 _FRAMES_LOOKED_AT = 4  # from the innermost Python frame outwards
 # Arguments worth keeping: which rank is the root, and how values combine.
@@ -238,10 +239,8 @@ class _LogWriter:
     def write(self, final: bool = False) -> None:
         waiting = summary(only_waiting=True)
         main_call = None if final else self._main_call()
-        p2p = None
-        if main_call is not None and main_call["function"] in _P2P_FUNCTIONS:
-            p2p = {"op": main_call["function"], "since_ns": main_call["since_ns"]}
-        if waiting is None and p2p is None and not final:
+        in_p2p = main_call is not None and main_call["function"] in P2P_FUNCTIONS
+        if waiting is None and not in_p2p and not final:
             return
         key = (None if waiting is None else (
             [e["order"] for e in waiting["calls"]],
@@ -260,7 +259,7 @@ class _LogWriter:
             found = summary()  # something changed: the recent retired calls too
         found = found or {"groups": {}, "calls": []}
         record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final,
-                  "unrecorded_p2p": p2p, "main_call": main_call, **found}
+                  "main_call": main_call, **found}
         temporary = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(temporary, "w") as f:
             json.dump(record, f)

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .collective_log import P2P_FUNCTIONS
+
 WINDOW_VARIABLE = "DISTSPAWN_STALL_WINDOW"
 DEFAULT_WINDOW_S = 3.0
 # A rank's log counts only if its thread wrote (or touched) it this recently:
@@ -77,18 +79,17 @@ class RankState:
 
     def waiting(self) -> dict[str, Any] | None:
         calls = [c for c in (self.log or {}).get("calls", ()) if not c["retired"]]
+        main = (self.log or {}).get("main_call") or {}
         if calls:
-            main = (self.log or {}).get("main_call") or {}
             if main.get("function") == calls[-1]["op"]:
                 # The recorder keeps no root or reduce op; the rank's stack does.
                 return {**calls[-1], **{k: main[k] for k in _ARGUMENTS if k in main}}
             return calls[-1]
-        unrecorded = (self.log or {}).get("unrecorded_p2p")
-        if unrecorded:
+        if main.get("function") in P2P_FUNCTIONS:
             # A send or recv the backend does not record (gloo), seen on the stack.
             return {"order": -1, "group": "", "group_desc": "", "seq": None, "p2p": True,
-                    "op": unrecorded["op"], "sizes": [], "dtypes": [], "retired": False,
-                    "created_ns": unrecorded["since_ns"]}
+                    "op": main["function"], "sizes": [], "dtypes": [], "retired": False,
+                    "created_ns": main["since_ns"]}
         return None
 
     def completed(self, group: str) -> int | None:

@@ -25,6 +25,7 @@ mode is asked for.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import runpy
@@ -168,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[STAND_IN_VAR] = "1"
     # The file's own arguments before upstream's modules are imported: torch
     # 2.8's common_utils reads sys.argv at import (later releases in run_tests).
-    sys.argv = [args[1], *args[2:]] if args[0] == "-m" else list(args)
-    if args[0] != "-m":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
-    install_if_requested("python -m distspawn.stand_in")
     if args[0] == "-m":
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        sys.argv = [args[1], *args[2:]]
+        run = functools.partial(runpy.run_module, args[1], run_name="__main__", alter_sys=True)
     else:
-        runpy.run_path(args[0], run_name="__main__")
+        sys.argv = list(args)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+        run = functools.partial(runpy.run_path, args[0], run_name="__main__")
+    install_if_requested("python -m distspawn.stand_in")
+    run()
     return 0
