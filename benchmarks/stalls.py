@@ -9,6 +9,7 @@ and the first line of its failure.
     python benchmarks/stalls.py                    # deadline 60 s for upstream's rows
     python benchmarks/stalls.py --deadline 300     # upstream's default deadline
     python benchmarks/stalls.py --harnesses processes,reused
+    python benchmarks/stalls.py --rows reduce_ops   # pytest -k: only the rows it selects
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _first_line(case: ElementTree.Element) -> str:
     return lines[0] if lines else ""
 
 
-def run(harness: str, deadline: int) -> list[tuple[str, float, str, str]]:
+def run(harness: str, deadline: int, rows: str = "") -> list[tuple[str, float, str, str]]:
     """(test, seconds, verdict, first line of the failure) for each row."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
@@ -48,7 +49,8 @@ def run(harness: str, deadline: int) -> list[tuple[str, float, str, str]]:
                "DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": str(deadline)}
         env.pop("CI", None)  # upstream's run_tests wants xmlrunner under CI
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "-o", "junit_family=xunit1", f"--junitxml={junit}", SCENARIO],
+                        "-o", "junit_family=xunit1", f"--junitxml={junit}", SCENARIO,
+                        *(["-k", rows] if rows else [])],
                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        timeout=20 * deadline + 600)
         rows = []
@@ -66,6 +68,7 @@ def main() -> None:
     parser.add_argument("--harnesses", default=",".join(HARNESSES))
     parser.add_argument("--deadline", type=int, default=60,
                         help="DISTRIBUTED_TESTS_DEFAULT_TIMEOUT for every run (default 60)")
+    parser.add_argument("--rows", default="", help="a pytest -k expression picking rows")
     args = parser.parse_args()
     for harness in args.harnesses.split(","):
         if harness == "upstream":
@@ -75,7 +78,7 @@ def main() -> None:
                 print(f"upstream: skipped, its harness does not import here ({exc})")
                 continue
         print(f"{harness} (deadline {args.deadline} s)")
-        for name, seconds, verdict, first in run(harness, args.deadline):
+        for name, seconds, verdict, first in run(harness, args.deadline, args.rows):
             print(f"  {name:55s} {seconds:7.1f} s  {verdict:7s} {first[:150]}")
 
 

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from harness import load_factor, run_python
-from distspawn.engine import stall
+from distspawn.engine import reduce_ops, stall
 
 ROWS = {
     "test_shapes_differ": "collective #{n} on the default group: rank 1 all_reduce float32[3]; "
@@ -33,6 +33,8 @@ ROWS = {
     "test_recv_facing_recv": "every rank still running (0, 1) waits in a receive: receive "
                              "facing receive, nobody sends; rank 2 returned from its test",
 }
+REDUCE_OPS_DIFFER = ("collective #{n} on the default group: rank 1 all_reduce MAX; "
+                     "ranks 0, 2 all_reduce SUM (reduce ops differ)")
 # Rows gloo itself ends at once (a dtype mismatch aborts a rank; an exit is seen).
 FAST_ROWS = {"test_dtypes_differ": "rank 1: crashed with SIGABRT",
              "test_a_rank_exits_early": "rank 1: ended without reporting a result"}
@@ -82,6 +84,16 @@ def test_a_rank_that_finished_is_said_to_wait_not_to_have_failed(table):
     assert "2 of 3 ranks failed (ranks 0, 1)" in report, report
     assert re.search(r"^rank 2: finished its test after collective #\d+ on the default group; "
                      r"waiting for ranks 0, 1$", report, re.M), report
+
+
+def test_reduce_ops_that_differ_are_named_though_nothing_waits(table):
+    # gloo combines with each rank's own op, so the test would pass (it does on upstream's).
+    seconds, report = failure_of(table, "test_reduce_ops_differ")
+    assert seconds < 10 * table.load, report
+    assert re.match(as_pattern(REDUCE_OPS_DIFFER), report.splitlines()[0]), report
+    assert re.search(r"^1 of 3 ranks failed \(rank 1\):\nrank 1: called all_reduce with MAX in "
+                     r"collective #\d+ on the default group, where ranks 0, 2 all_reduce with SUM$",
+                     report, re.M), report
 
 
 @pytest.mark.parametrize("name", sorted(FAST_ROWS))
@@ -198,3 +210,57 @@ def test_a_stack_in_another_function_adds_nothing_to_the_recorded_call():
     states = [state(r, "running", call(1)) for r in range(3)]
     states[1].log["main_call"] = {"function": "broadcast", "root": 1}
     assert stall.judge(states, NOW, 3.0) is None  # the waits match: only the deadline ends them
+
+
+def test_reduce_ops_of_completed_calls_are_compared_by_group_and_number():
+    def made(*calls):
+        return [("0", "default_pg", number, "all_reduce", op) for number, op in calls]
+
+    records = {0: made((1, "SUM"), (2, "SUM")), 1: made((2, "SUM"), (3, "MAX")),
+               2: made((1, "SUM"), (3, "MIN"))}
+    found = stall.completed_calls_disagree(records, lambda: [])
+    assert found.headline == ("collective #3 on the default group: rank 1 all_reduce MAX; "
+                              "rank 2 all_reduce MIN (reduce ops differ)")
+    # Two parties of one: neither is the odd one out, both are named.
+    assert found.parts == {
+        1: "called all_reduce with MAX in collective #3 on the default group, "
+           "where rank 2 all_reduce with MIN",
+        2: "called all_reduce with MIN in collective #3 on the default group, "
+           "where rank 1 all_reduce with MAX"}
+    # The same op at every number some ranks recorded: nothing to say.
+    assert stall.completed_calls_disagree({0: made((1, "SUM")), 1: made((2, "MAX"))},
+                                          lambda: []) is None
+
+
+def test_a_subgroup_call_is_named_with_its_members():
+    records = {r: [("1", "undefined", 1, "reduce_scatter_tensor", "MAX" if r else "SUM")]
+               for r in (0, 1)}
+    states = [state(r, "finished") for r in range(3)]
+    for s in states[:2]:
+        s.log["groups"]["1"] = {"ranks": [0, 1]}
+    found = stall.completed_calls_disagree(records, lambda: states)
+    assert found.headline.startswith("collective #1 on group 1 (ranks 0, 1): "
+                                     "rank 0 reduce_scatter_tensor SUM;"), found.headline
+
+
+def test_the_recording_wrapper_reads_the_op_and_group_however_passed(monkeypatch):
+    seen = []
+    monkeypatch.setattr(reduce_ops, "_record", lambda *call: seen.append(call))
+
+    def all_reduce(tensor, op="SUM", group=None, async_op=False):
+        return tensor
+
+    wrapped = reduce_ops._recording(all_reduce, lambda: False)
+    assert wrapped(1, "MAX") == 1 and wrapped(1, op="MIN", group="g") == 1 and wrapped(1) == 1
+    assert wrapped(1, "AVG", "h", True) == 1
+    assert seen == [("all_reduce", None, "MAX"), ("all_reduce", "g", "MIN"),
+                    ("all_reduce", None, "SUM"), ("all_reduce", "h", "AVG")]
+    # While torch.compile traces, it only calls through.
+    assert reduce_ops._recording(all_reduce, lambda: True)(1, "MAX") == 1
+    assert len(seen) == 4
+
+
+def test_reduce_op_names():
+    dist = pytest.importorskip("torch.distributed")
+    assert [reduce_ops.op_name(op) for op in (dist.ReduceOp.MAX, dist.ReduceOp(dist.ReduceOp.MIN),
+                                              "sum")] == ["MAX", "MIN", "sum"]

@@ -10,7 +10,9 @@ have too: tests that count a rank's threads count the same), copies a compact
 summary into the rank's ``.collectives`` file when the calls waiting change,
 and touches it otherwise, so the parent can tell a blocked rank from one
 whose thread has not run. Reused workers, which have no such thread, get one
-of their own. The rank writes a last summary when its test ends.
+of their own. The rank writes a last summary when its test ends. Turning the
+log on also has the rank keep the reduce op of each call that takes one
+(``engine.reduce_ops``), which its report carries.
 
 The recorder's dump is private (``torch._C._distributed_c10d``, listed in
 ``distspawn.private_apis``). Where it is missing nothing is recorded and stalls
@@ -25,6 +27,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from . import reduce_ops
 
 # Entries the recorder keeps per process (upstream's default is 0: off).
 BUFFER_ENTRIES = "64"
@@ -70,6 +74,7 @@ def start_recording(path: str | None, own_thread: bool = False) -> None:
         return
     for variable in BUFFER_VARIABLES:
         os.environ.setdefault(variable, BUFFER_ENTRIES)
+    reduce_ops.install()
     if _writer is None or _writer.path != path:
         _writer = _LogWriter(path)
         if own_thread:

@@ -47,3 +47,6 @@ class RankReport:
     traceback: str | None = None
     reason: str | None = None
     exit_code: int | None = None
+    # (group, description, number, function, reduce op) of each call that took
+    # a reduce op (engine.reduce_ops), compared across ranks by the parent.
+    reduce_ops: tuple = ()

@@ -10,12 +10,14 @@ crash stack, death with the parent).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import reduce_ops
 from .exit_codes import skip_message_for
 from .group_keeper import free_groups_before_shutdown, release_kept_groups
 from .protocol import RankReport, ReportStatus
@@ -79,7 +81,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
             report = cls._run_reused_test(rank, world_size, task.test_id)
         sys.stdout.flush()
         sys.stderr.flush()
-        conn.send(report)
+        conn.send(dataclasses.replace(report, reduce_ops=reduce_ops.take()))
         release_kept_groups()  # groups the test destroyed; none is in use now
     if init_error is None and init_skip is None:
         cls._destroy_pg()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from .collective_log import P2P_FUNCTIONS
 
@@ -167,6 +167,60 @@ def judge(states: list[RankState], now_ns: int, window_s: float,
         return None
     return Stall(headline, {s.rank: doing(s, states, now_ns) for s in states},
                  {s.rank: recent_calls(s, states) for s in states if s.log})
+
+
+@dataclass
+class Disagreement:
+    """Calls that finished on every rank that made them, combining values differently."""
+
+    headline: str
+    parts: dict[int, str]  # rank -> its part in words, for the ranks at odds with the rest
+
+
+def completed_calls_disagree(records: dict[int, Sequence[Sequence[Any]]],
+                             states: Callable[[], list[RankState]]) -> Disagreement | None:
+    """The first call (by number) whose ranks recorded different reduce ops,
+    or None. ``records``: each rank's (group, description, number, function,
+    reduce op) tuples (``engine.reduce_ops``); ``states`` is asked only to name
+    a group that is not the default one.
+
+    Calls are matched by group and number, so a call some ranks made through a
+    function nobody wrapped is simply absent, never taken for another.
+    """
+    made: dict[tuple[int, str], dict[int, tuple[str, str]]] = {}
+    descriptions: dict[str, str] = {}
+    for rank, calls in records.items():
+        for group, description, number, function, op in calls:
+            made.setdefault((number, group), {})[rank] = (function, op)
+            descriptions[group] = description
+    for (number, group), by_rank in sorted(made.items()):
+        parties: dict[tuple[str, str], list[int]] = {}
+        for rank, key in sorted(by_rank.items()):
+            parties.setdefault(key, []).append(rank)
+        if len(parties) > 1:
+            call = {"op": "", "group": group, "group_desc": descriptions[group],
+                    "seq": number, "p2p": False}
+            return _disagreement(call_words(call, states()), parties)
+    return None
+
+
+def _disagreement(where: str, parties: dict[tuple[str, str], list[int]]) -> Disagreement:
+    ordered = sorted(parties.items(), key=lambda item: (len(item[1]), item[1]))
+    described = "; ".join(f"{_rank_or_ranks(ranks)} {function} {op}"
+                          for (function, op), ranks in ordered)
+    what = "ops differ" if len({function for function, _ in parties}) > 1 else "reduce ops differ"
+    # The odd ones out are blamed; with no single largest party, every rank is.
+    largest = max(len(ranks) for ranks in parties.values())
+    majority = [key for key, ranks in parties.items() if len(ranks) == largest]
+    parts = {}
+    for key, ranks in ordered:
+        if len(majority) == 1 and key == majority[0]:
+            continue
+        others = "; ".join(f"{_rank_or_ranks(r)} {f} with {o}"
+                           for (f, o), r in ordered if (f, o) != key)
+        for rank in ranks:
+            parts[rank] = f"called {key[0]} with {key[1]} in {where}, where {others}"
+    return Disagreement(f"{where}: {described} ({what})", parts)
 
 
 def _members(call: dict[str, Any], states: list[RankState]) -> list[int]:

@@ -96,8 +96,8 @@ class RankSupervisor:
         self._closed_at: dict[int, float] = {}  # when each rank's result pipe closed
         self._now = time.monotonic()
         # Stalls are judged early only where the ranks keep collective logs.
-        self._stall_window_s = stall_window_s if any(
-            r.files.collectives_path for r in ranks) else 0.0
+        self._records_calls = any(r.files.collectives_path for r in ranks)
+        self._stall_window_s = stall_window_s if self._records_calls else 0.0
         self._next_stall_check = self._now + self._stall_window_s
         self.stall: stall.Stall | None = None
         # A stall seen once is confirmed once every running rank's thread has
@@ -145,6 +145,8 @@ class RankSupervisor:
             end_processes([self._ranks[rank].process for rank in self._running.values()])
         for rank in self._ranks.values():
             self._finish_outcome(rank)
+        if self.stall is None and self._records_calls:
+            self._compare_completed_calls()
         return [self.outcomes[rank] for rank in sorted(self.outcomes)]
 
     # -- events -------------------------------------------------------------
@@ -241,6 +243,20 @@ class RankSupervisor:
                     outcome.ended_by_harness = True  # it only waited to leave
                 else:
                     outcome.stalled = True
+
+    def _compare_completed_calls(self) -> None:
+        """Calls that finished can still have combined values differently on
+        different ranks (a reduce op): the ranks' reports say."""
+        records = {rank: outcome.report.reduce_ops for rank, outcome in self.outcomes.items()
+                   if outcome.report is not None and outcome.report.reduce_ops}
+        if len(records) < 2:
+            return
+        found = stall.completed_calls_disagree(records, self._rank_states)
+        if found is None:
+            return
+        for outcome in self.outcomes.values():
+            outcome.calls_headline = found.headline
+            outcome.disagreement = found.parts.get(outcome.rank)
 
     def _judge_stall(self) -> bool:
         """Read the ranks' collective logs; True when they show a stall."""

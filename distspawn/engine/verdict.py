@@ -44,6 +44,11 @@ class RankOutcome:
     stall_headline: str | None = None
     doing: str | None = None  # what it was doing when judged, in words
     recent_calls: list[str] = field(default_factory=list)
+    # Calls that finished but combined values differently on different ranks
+    # (engine.stall.completed_calls_disagree): the one line naming it, and this
+    # rank's part where it is at odds with the rest.
+    calls_headline: str | None = None
+    disagreement: str | None = None
 
     @property
     def status(self) -> ReportStatus | None:
@@ -112,6 +117,8 @@ def rank_problem(outcome: RankOutcome, policy: ReturnCodePolicy) -> str | None:
         return f"{words}: {outcome.doing}" if outcome.doing else words
     if outcome.status is ReportStatus.FAILED:
         return "raised an exception"
+    if outcome.disagreement:
+        return outcome.disagreement
     if outcome.ended_by_harness:
         return None
     code = outcome.exit_code
@@ -268,7 +275,8 @@ def decide_verdict(
             tail.append(f"rank{'s' if len(ended) > 1 else ''} {', '.join(map(str, ended))}: "
                         "still running when the failure was known; ended by distspawn")
         lines = [f"rank {item.rank}: {item.problem}" for item in failed]
-        headline = next((o.stall_headline for o in outcomes if o.stall_headline), None)
+        headline = next((o.stall_headline or o.calls_headline for o in outcomes
+                         if o.stall_headline or o.calls_headline), None)
         if headline:
             head = f"{headline}\n{head}"
         full = [head, *(f"{line}\n{item.details}" if item.details else line

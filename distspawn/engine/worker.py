@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from . import reduce_ops
 from .collective_log import start_recording, write_final_summary
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
@@ -59,7 +60,8 @@ class ResultReporter:
         if self.sent:
             return
         self.sent = True
-        report = RankReport(self._rank, self._test_name, status, **details)
+        report = RankReport(self._rank, self._test_name, status,
+                            reduce_ops=reduce_ops.take(), **details)
         # Before the report: once the parent has it, the log says what this
         # rank last did (a peer may be left waiting for more).
         write_final_summary()

@@ -49,6 +49,12 @@ class Rows:
         if self.rank != 2:
             dist.all_reduce(t)
 
+    def test_reduce_ops_differ(self):
+        # Nothing waits: gloo combines with each rank's own op.
+        dist.all_reduce(torch.ones(2))
+        op = dist.ReduceOp.MAX if self.rank == 1 else dist.ReduceOp.SUM
+        dist.all_reduce(torch.ones(2), op=op)
+
     def test_a_rank_calls_a_subgroup_collective_it_is_not_in(self):
         group = dist.new_group([0, 1])
         t = torch.ones(2)
