@@ -38,7 +38,8 @@ REDUCE_OPS_DIFFER = ("collective #{n} on the default group: rank 1 all_reduce MA
 # Rows gloo itself ends at once (a dtype mismatch aborts a rank; an exit is seen).
 FAST_ROWS = {"test_dtypes_differ": "rank 1: crashed with SIGABRT",
              "test_a_rank_exits_early": "rank 1: ended without reporting a result"}
-PASSING = ("test_slow_rank_joins_a_matching_collective", "test_large_matching_all_reduce")
+PASSING = ("test_slow_rank_joins_a_matching_collective", "test_large_matching_all_reduce",
+           "test_compiled_all_reduce_with_a_reduce_op")
 
 
 @pytest.fixture(scope="module", params=["processes", "reused", "stand-in"])

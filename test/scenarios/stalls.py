@@ -84,6 +84,17 @@ class Rows:
             time.sleep(8)
         dist.all_reduce(torch.ones(2))
 
+    def test_compiled_all_reduce_with_a_reduce_op(self):
+        # torch.compile rewrites dist.all_reduce into a traceable collective;
+        # distspawn's recording wrapper must be rewritten the same way.
+        def doubled_max(t):
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return t * 2
+
+        compiled = torch.compile(doubled_max, fullgraph=True, backend="eager")
+        out = compiled(torch.full((2,), float(self.rank)))
+        assert out.tolist() == [2.0 * (self.world_size - 1)] * 2, out
+
     def test_large_matching_all_reduce(self):
         t = torch.ones(8 * 1024 * 1024)  # 32 MB a rank
         dist.all_reduce(t)
