@@ -73,6 +73,9 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("multiprocessing.forkserver._forkserver._stop", "engine.rank_server",
                "a rank server whose preloaded modules no longer fit the environment "
                "cannot be restarted: ranks start afresh (spawn) for the rest of the run"),
+    PrivateAPI("weakref.finalize._registry", "engine.forked_exit",
+               "a forked rank leaves without running the at-exit clean-ups of what it "
+               "made (a tempfile.TemporaryDirectory left to the exit outlives the test)"),
     PrivateAPI("sys._current_frames", "cases.threaded, engine.collective_log",
                "a rank thread stuck at the deadline is reported without its stack; on "
                "gloo, a send facing a send is judged at the deadline only"),

@@ -113,6 +113,18 @@ def is_torch_cache(relative: Path) -> bool:
     return relative.parts[0].startswith("torchinductor_")
 
 
+# torch 2.8 makes this folder as torch.distributed.nn is imported (torch._dynamo
+# imports it) and removes it only at a normal exit: a rank killed by SIGTERM
+# (a reused worker whose test failed, on any harness) cannot, where one that
+# leaves by itself does (engine.forked_exit).
+TORCH_IMPORT_FOLDER_FILE = "_remote_module_non_scriptable.py"
+
+
+def is_torch_import_folder(tmp: Path, relative: Path) -> bool:
+    folder = tmp / relative.parts[0]
+    return folder.is_dir() and [p.name for p in folder.iterdir()] == [TORCH_IMPORT_FOLDER_FILE]
+
+
 def run_python(args: list[str], env: dict[str, str] | None = None, timeout: float = 300,
                cwd: Path = SCENARIOS) -> Run:
     """Run ``python *args`` with a private TMPDIR; report what it left behind."""
@@ -146,7 +158,8 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
                 f"after a Ctrl-C:\n{output[-20000:]}") from None
         elapsed = time.monotonic() - started
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
-                           if not is_torch_cache(p.relative_to(tmp)))
+                           if not is_torch_cache(p.relative_to(tmp))
+                           and not is_torch_import_folder(Path(tmp), p.relative_to(tmp)))
     return Run(proc.returncode, without_release_noise(output), leftovers,
                processes_with_marker(marker), elapsed)
 

@@ -139,3 +139,15 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
         files = [p.name for p in Path(tmp).iterdir() if not is_torch_cache(Path(p.name))]
         if sig != signal.SIGKILL:  # a SIGKILLed process cannot remove its own files
             assert files == ["pids"]
+
+
+@pytest.mark.parametrize("tier, start_method", [("fresh", "forkserver"), ("fresh", "fork"),
+                                                ("reused", "fork"), ("fresh", "spawn")])
+def test_a_temporary_folder_a_rank_leaves_to_its_exit_is_removed(tier, start_method):
+    # A forked rank leaves through os._exit, which skips Python's exit clean-ups:
+    # distspawn runs the ones the rank made itself (a spawned rank runs them anyway).
+    run = run_python(["exit_cleanups.py", "-v"],
+                     env={"EXIT_CLEANUPS_TIER": tier, "DISTSPAWN_START_METHOD": start_method},
+                     timeout=120)
+    assert run.verdict_line("test_a_folder_left_to_the_exit").endswith("ok"), run.output
+    assert run.leftover_files == [] and run.leftover_pids == [], run.output

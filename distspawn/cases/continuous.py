@@ -301,7 +301,13 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                     worker.conn.send(None)
                 except (OSError, BrokenPipeError):
                     pass
-            wait([w.process.sentinel for w in pool.workers], timeout=10)
+            # Every worker gets the whole grace to finish its exit clean-ups
+            # (wait() returns as soon as the first one has left).
+            stop_by = time.monotonic() + 10
+            pending = [w.process.sentinel for w in pool.workers]
+            while pending and (left := stop_by - time.monotonic()) > 0:
+                for ready in wait(pending, timeout=left):
+                    pending.remove(ready)
         end_processes([w.process for w in pool.workers])
         for worker in pool.workers:
             worker.conn.close()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import reduce_ops
+from . import forked_exit, reduce_ops
 from .exit_codes import skip_message_for
 from .group_keeper import free_groups_before_shutdown, release_kept_groups
 from .protocol import RankReport, ReportStatus
@@ -87,6 +87,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         cls._destroy_pg()
     if forked_process():
         release_kept_groups()  # multiprocessing ends it with os._exit: no shutdown
+        forked_exit.run_own()
     else:
         free_groups_before_shutdown()
 

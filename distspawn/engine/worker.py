@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import reduce_ops
+from . import forked_exit, reduce_ops
 from .collective_log import start_recording, write_final_summary
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
@@ -301,6 +301,8 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     is no dump signal).
     """
     _die_with_parent(parent_pid)
+    if forked_process():
+        forked_exit.note_inherited()
     if environ is not None:
         adopt_environment(environ.variables)
         apply_thread_count(environ.threads)
@@ -362,3 +364,5 @@ def child_main(
         if stack_file is not None:
             faulthandler.unregister(STACK_DUMP_SIGNAL)
             stack_file.close()
+        if forked_process():
+            forked_exit.run_own()  # multiprocessing leaves through os._exit next

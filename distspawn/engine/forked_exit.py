@@ -1,0 +1,48 @@
+"""The at-exit clean-ups a forked rank would otherwise skip.
+
+multiprocessing ends a ``fork`` or ``forkserver`` child through ``os._exit``,
+so the clean-ups Python runs at a normal exit never run there. Among them are
+``weakref.finalize`` callbacks marked for exit, which is how
+``tempfile.TemporaryDirectory`` removes its folder: a temporary folder made
+in a forked rank and left to the exit (torch 2.8 makes one as
+``torch.distributed.nn`` is imported, which torch.compile does) would outlive
+the test, where a spawned rank (upstream's) removes it.
+
+A forked rank notes the callbacks it inherited when it starts (they belong to
+its parent, whose folders they remove) and, before it leaves, runs those it
+made itself. The registry is private to ``weakref`` (listed in
+``distspawn.private_apis``); without it nothing is run, as before.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+_inherited: set[Any] | None = None
+
+
+def _registry() -> dict | None:
+    registry = getattr(weakref.finalize, "_registry", None)  # private: listed
+    return registry if isinstance(registry, dict) else None
+
+
+def note_inherited() -> None:
+    """The rank starts: every at-exit callback alive now is its parent's."""
+    global _inherited
+    registry = _registry()
+    _inherited = None if registry is None else set(registry)
+
+
+def run_own() -> None:
+    """The rank is about to leave through ``os._exit``: run the at-exit
+    callbacks it made, as a normal exit would (newest first, like Python)."""
+    registry = _registry()
+    if registry is None or _inherited is None:
+        return
+    own = [f for f in list(registry) if f not in _inherited and f.atexit]
+    for finalizer in reversed(own):
+        try:
+            finalizer()
+        except Exception:  # noqa: BLE001 - one failing clean-up must not stop the rest
+            pass
