@@ -25,7 +25,7 @@ import time
 import unittest
 from dataclasses import dataclass
 from datetime import timedelta
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 import torch
@@ -40,7 +40,8 @@ from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeou
 from ..engine.capacity import check_rank_capacity, validate_world_size
 from ..engine.rank_threads import rank_environment
 from .multiprocess import start_failure_hint
-from ..engine.supervisor import RankProcess, RankSupervisor, end_processes, log_size
+from ..engine.supervisor import (RankProcess, RankSupervisor, end_processes, log_size,
+                                 wait_for_exits)
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
 from ..engine.worker import RankFiles
 from .class_ref import class_ref
@@ -301,13 +302,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                     worker.conn.send(None)
                 except (OSError, BrokenPipeError):
                     pass
-            # Every worker gets the whole grace to finish its exit clean-ups
-            # (wait() returns as soon as the first one has left).
-            stop_by = time.monotonic() + 10
-            pending = [w.process.sentinel for w in pool.workers]
-            while pending and (left := stop_by - time.monotonic()) > 0:
-                for ready in wait(pending, timeout=left):
-                    pending.remove(ready)
+            # Every worker gets the whole grace to finish its exit clean-ups.
+            wait_for_exits([w.process for w in pool.workers], 10)
         end_processes([w.process for w in pool.workers])
         for worker in pool.workers:
             worker.conn.close()

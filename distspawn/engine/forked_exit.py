@@ -36,7 +36,8 @@ def note_inherited() -> None:
 
 def run_own() -> None:
     """The rank is about to leave through ``os._exit``: run the at-exit
-    callbacks it made, as a normal exit would (newest first, like Python)."""
+    callbacks it made, as a normal exit would (newest first, like Python).
+    Does nothing in a rank that did not :func:`note_inherited` (not forked)."""
     registry = _registry()
     if registry is None or _inherited is None:
         return

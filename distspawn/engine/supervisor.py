@@ -374,13 +374,22 @@ def _legacy_error(control: Connection) -> str | None:
     return None
 
 
+def wait_for_exits(processes: list[BaseProcess], timeout: float) -> None:
+    """Wait until every given process has exited, or ``timeout`` seconds have
+    passed: each gets the whole time (``wait()`` alone returns at the first exit)."""
+    stop_by = time.monotonic() + timeout
+    pending = [p.sentinel for p in processes]
+    while pending and (left := stop_by - time.monotonic()) > 0:
+        for ready in wait(pending, timeout=left):
+            pending.remove(ready)
+
+
 def end_processes(processes: list[BaseProcess]) -> None:
     """SIGTERM the given live processes, SIGKILL what is left after a grace, reap all."""
     live = [p for p in processes if p.exitcode is None]
     for process in live:
         process.terminate()
-    if live:
-        wait([p.sentinel for p in live], timeout=TERMINATE_GRACE_S)
+    wait_for_exits(live, TERMINATE_GRACE_S)
     for process in live:
         if process.exitcode is None:
             process.kill()

@@ -364,5 +364,4 @@ def child_main(
         if stack_file is not None:
             faulthandler.unregister(STACK_DUMP_SIGNAL)
             stack_file.close()
-        if forked_process():
-            forked_exit.run_own()  # multiprocessing leaves through os._exit next
+        forked_exit.run_own()  # forked: multiprocessing leaves through os._exit next
