@@ -28,6 +28,14 @@ ROWS = {
     "test_a_rank_calls_a_subgroup_collective_it_is_not_in":
         "collective #1 on group 1 (ranks 0, 1): rank 0 waits in all_reduce float32[2]; "
         "rank 1 waits in collective #{n} on the default group (all_reduce float32[2]) instead",
+    "test_a_rank_waits_in_the_store_outside_any_collective":
+        "rank 2 never reached collective #{n} on the default group (all_reduce float32[2]): "
+        "it waits in store.get('never set'), outside any collective; "
+        "ranks 0, 1 wait in all_reduce float32[2]",
+    "test_every_rank_still_running_waits_in_the_store":
+        "every rank still running (0, 1) waits in the store, with nobody left to set what it "
+        "waits for: rank 0 store.get('set by rank 1 later'); rank 1 store.get('set by rank 0 "
+        "later'); rank 2 returned from its test",
     "test_send_facing_send": "every rank still running (0, 1) waits in a send: send facing "
                              "send, nobody receives; rank 2 returned from its test",
     "test_recv_facing_recv": "every rank still running (0, 1) waits in a receive: receive "
@@ -39,7 +47,9 @@ REDUCE_OPS_DIFFER = ("collective #{n} on the default group: rank 1 all_reduce MA
 FAST_ROWS = {"test_dtypes_differ": "rank 1: crashed with SIGABRT",
              "test_a_rank_exits_early": "rank 1: ended without reporting a result"}
 PASSING = ("test_slow_rank_joins_a_matching_collective", "test_large_matching_all_reduce",
-           "test_compiled_all_reduce_with_a_reduce_op")
+           "test_compiled_all_reduce_with_a_reduce_op",
+           "test_a_store_wait_that_gives_up_before_the_deadline",
+           "test_a_store_key_set_by_a_busy_rank")
 
 
 @pytest.fixture(scope="module", params=["processes", "reused", "stand-in"])
@@ -74,8 +84,9 @@ def test_a_stall_is_named_in_seconds(table, name):
     assert seconds < 10 * table.load, report
     first_line = report.splitlines()[0]
     assert re.match(as_pattern(ROWS[name]), first_line), report
-    # Then each rank's part, with its recorded calls (gloo records no send or recv).
-    if "facing" not in name:
+    # Then each rank's part, with its recorded calls (gloo records no send or
+    # recv; the store row makes no collective).
+    if "facing" not in name and "store" not in name:
         assert "its last recorded collectives, oldest first:" in report, report
     assert "did not finish before the deadline" not in report, report
 
@@ -194,6 +205,51 @@ def test_send_facing_send_is_said():
     found = stall.judge(states, NOW, 3.0)
     assert found.headline == ("every rank still running (0, 1) waits in a send: send facing "
                               "send, nobody receives")
+
+
+def store_wait(since_ns=0, until_ns=None, method="get", keys=("k",)):
+    return {"method": method, "keys": list(keys), "since_ns": since_ns, "until_ns": until_ns}
+
+
+def test_a_rank_blocked_in_the_store_is_named_as_the_one_missing():
+    states = [state(0, "running", call(1)), state(1, "running", call(1)), state(2, "running")]
+    states[2].log["store_wait"] = store_wait(keys=("ready",))
+    found = stall.judge(states, NOW, 3.0, deadline_ns=NOW + 10**9)
+    assert found.headline == ("rank 2 never reached collective #1 on the default group "
+                              "(all_reduce float32[2]): it waits in store.get('ready'), outside "
+                              "any collective; ranks 0, 1 wait in all_reduce float32[2]")
+    assert found.doing[2] == "waiting in store.get('ready'), outside any collective (for 10.0 s)"
+
+
+def test_a_store_wait_that_gives_up_before_the_deadline_is_not_judged():
+    states = [state(0, "running", call(1)), state(1, "running", call(1)), state(2, "running")]
+    states[2].log["store_wait"] = store_wait(until_ns=NOW + 5 * 10**9)
+    assert stall.judge(states, NOW, 3.0, deadline_ns=NOW + 6 * 10**9) is None
+    # At the deadline it is only described, and a store that never gives up outlasts any.
+    assert stall.judge(states, NOW, 3.0, at_deadline=True) is not None
+    states[2].log["store_wait"] = store_wait(until_ns=None)
+    assert stall.judge(states, NOW, 3.0, deadline_ns=NOW + 6 * 10**9) is not None
+
+
+def test_a_store_wait_shorter_than_the_window_is_not_judged():
+    states = [state(0, "running", call(1)), state(1, "running", call(1)), state(2, "running")]
+    states[2].log["store_wait"] = store_wait(since_ns=NOW - 10**9)
+    assert stall.judge(states, NOW, 3.0, deadline_ns=NOW) is None
+
+
+def test_nothing_is_judged_while_a_matching_call_can_still_finish():
+    # Ranks 0 and 1 are both in a slow subgroup call; rank 2 waits for rank 0
+    # on another group. Once the subgroup call ends, rank 0 may come.
+    subgroup = {"ranks": [0, 1]}
+    pair = {"ranks": [0, 2]}
+    states = [state(0, "running", call(1, group="1", desc="undefined")),
+              state(1, "running", call(1, group="1", desc="undefined")),
+              state(2, "running", call(1, group="2", desc="undefined"))]
+    for s in states:
+        s.log["groups"].update({"1": subgroup, "2": pair})
+    assert stall.judge(states, NOW, 3.0) is None
+    states[1].log["calls"] = [call(1, group="1", desc="undefined", sizes=((3,),))]
+    assert "shapes differ" in stall.judge(states, NOW, 3.0).headline
 
 
 def test_reduce_ops_read_from_blocked_stacks_are_compared():

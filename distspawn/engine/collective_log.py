@@ -12,7 +12,9 @@ and touches it otherwise, so the parent can tell a blocked rank from one
 whose thread has not run. Reused workers, which have no such thread, get one
 of their own. The rank writes a last summary when its test ends. Turning the
 log on also has the rank keep the reduce op of each call that takes one
-(``engine.reduce_ops``), which its report carries.
+(``engine.reduce_ops``), which its report carries, and note the blocking
+store call its main thread is in (``engine.store_waits``), which the log
+carries beside the collectives.
 
 The recorder's dump is private (``torch._C._distributed_c10d``, listed in
 ``distspawn.private_apis``). Where it is missing nothing is recorded and stalls
@@ -28,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from . import reduce_ops
+from . import reduce_ops, store_waits
 
 # Entries the recorder keeps per process (upstream's default is 0: off).
 BUFFER_ENTRIES = "64"
@@ -75,6 +77,7 @@ def start_recording(path: str | None, own_thread: bool = False) -> None:
     for variable in BUFFER_VARIABLES:
         os.environ.setdefault(variable, BUFFER_ENTRIES)
     reduce_ops.install()
+    store_waits.install()
     if _writer is None or _writer.path != path:
         _writer = _LogWriter(path)
         if own_thread:
@@ -245,12 +248,13 @@ class _LogWriter:
         waiting = summary(only_waiting=True)
         main_call = None if final else self._main_call()
         in_p2p = main_call is not None and main_call["function"] in P2P_FUNCTIONS
-        if waiting is None and not in_p2p and not final:
+        store_wait = None if final else store_waits.current()
+        if waiting is None and not in_p2p and store_wait is None and not final:
             return
         key = (None if waiting is None else (
             [e["order"] for e in waiting["calls"]],
             sorted((name, g.get("completed")) for name, g in waiting["groups"].items())),
-            main_call)
+            main_call, store_wait and store_wait["since_ns"])
         if key == self._last_key and self._written and not final:
             os.utime(self.path)  # the heartbeat: this rank's thread still runs
             return
@@ -264,7 +268,7 @@ class _LogWriter:
             found = summary()  # something changed: the recent retired calls too
         found = found or {"groups": {}, "calls": []}
         record = {"pid": os.getpid(), "written_ns": time.time_ns(), "final": final,
-                  "main_call": main_call, **found}
+                  "main_call": main_call, "store_wait": store_wait, **found}
         temporary = f"{self.path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(temporary, "w") as f:
             json.dump(record, f)

@@ -1,12 +1,15 @@
 """Judging a stall from the ranks' recorded collectives (``engine.collective_log``).
 
-A test has stalled when every rank still running has waited in a recorded
-collective for the whole stall window and the calls show that none can
-finish: ranks of one group disagree on the call at the same sequence number
-(op, shapes or dtypes), or a member of the group waits somewhere else, has
-finished its test or has exited before reaching the call, or every rank waits
-in a send (or every rank in a receive). Calls that match on every member are
-never judged, however long they take: only the deadline ends them.
+A test has stalled when every rank still running has been blocked for the
+whole stall window, in a recorded collective or in a store call that will
+not give up before the test's deadline, and what they wait in shows that
+none can finish: ranks of one group disagree on the call at the same
+sequence number (op, shapes or dtypes), or a member of the group waits
+somewhere else (another call, the store), has finished its test or has
+exited before reaching the call, or every rank waits in a send (or every rank
+in a receive), or every rank waits in the store. A call that every member
+has reached with matching fingerprints is never judged, however long it
+takes, and neither is the rest while it runs: only the deadline ends it.
 
 Everything here works on plain data, so the words are tested without ranks.
 """
@@ -92,6 +95,10 @@ class RankState:
                     "created_ns": main["since_ns"]}
         return None
 
+    def store_wait(self) -> dict[str, Any] | None:
+        """The store call its main thread is blocked in (``engine.store_waits``)."""
+        return (self.log or {}).get("store_wait")
+
     def completed(self, group: str) -> int | None:
         return ((self.log or {}).get("groups", {}).get(group) or {}).get("completed")
 
@@ -147,26 +154,53 @@ def call_words(call: dict[str, Any], states: list[RankState]) -> str:
 
 
 def judge(states: list[RankState], now_ns: int, window_s: float,
-          at_deadline: bool = False) -> Stall | None:
+          at_deadline: bool = False, deadline_ns: int | None = None) -> Stall | None:
     """The stall these ranks are in, or None if they may still make progress.
 
-    ``at_deadline``: the test is being ended anyway; judge from whatever the
-    logs say, without the window or freshness rules.
+    ``deadline_ns``: when the test will be ended (wall clock); a store call
+    that gives up before then may yet let its rank go on. ``at_deadline``: the
+    test is being ended anyway; judge from whatever the logs say, without the
+    window, freshness or timeout rules.
     """
     running = [s for s in states if s.phase == "running"]
     if not running:
         return None
     for state in running:
+        if not (at_deadline or state.fresh):
+            return None  # its thread has not written lately: nothing is known
         call = state.waiting()
-        if call is None or not (at_deadline or state.fresh):
+        if call is not None:
+            since = call["created_ns"]
+        elif (store := state.store_wait()) is not None and (
+                at_deadline or _outlasts(store, deadline_ns)):
+            since = store["since_ns"]
+        else:
             return None  # busy outside any recorded call: it may yet arrive
-        if not at_deadline and now_ns - call["created_ns"] < window_s * 1e9:
+        if not at_deadline and now_ns - since < window_s * 1e9:
             return None
-    headline = _collective_disagreement(states, running) or _p2p_deadlock(running, states)
+    if any(_can_finish(s.waiting(), states) for s in running):
+        return None
+    headline = (_collective_disagreement(states, running) or _p2p_deadlock(running, states)
+                or _store_deadlock(running, states))
     if headline is None:
         return None
     return Stall(headline, {s.rank: doing(s, states, now_ns) for s in states},
                  {s.rank: recent_calls(s, states) for s in states if s.log})
+
+
+def _outlasts(store: dict[str, Any], deadline_ns: int | None) -> bool:
+    """Whether a store call waits at least until the deadline (else it may
+    give up, and its rank handle the error and go on)."""
+    until = store.get("until_ns")
+    return until is None or (deadline_ns is not None and until >= deadline_ns)
+
+
+def store_words(store: dict[str, Any]) -> str:
+    """``store.get('ready')``: the method and the keys it waits for."""
+    keys = ", ".join(repr(k) for k in store.get("keys") or ())
+    if store.get("method") in ("wait", "multi_get"):
+        keys = f"[{keys}]"
+    return f"store.{store.get('method')}({keys})"
 
 
 @dataclass
@@ -231,11 +265,34 @@ def _members(call: dict[str, Any], states: list[RankState]) -> list[int]:
     return [s.rank for s in states]
 
 
+def _can_finish(call: dict[str, Any] | None, states: list[RankState]) -> bool:
+    """Whether every member of the group has reached this collective (or got
+    through it) with the same fingerprint: it may be slow, but it is not stuck."""
+    if call is None or call["p2p"]:
+        return False
+    by_rank = {s.rank: s for s in states}
+    made = []
+    for member in _members(call, states):
+        state = by_rank.get(member)
+        made_call = None if state is None else _call_at(state, call)
+        if made_call is not None:
+            made.append(made_call)
+        elif state is None or (state.completed(call["group"]) or -1) < (call["seq"] or 0):
+            return False
+    if len({_fingerprint(c) for c in made}) > 1:
+        return False
+    return all(len({c[a] for c in made if c.get(a) is not None}) <= 1 for a in _ARGUMENTS)
+
+
+def _fingerprint(call: dict[str, Any]) -> tuple:
+    return (call["op"], _shapes(call), tuple(call.get("dtypes") or ()))
+
+
 def _collective_disagreement(states: list[RankState], running: list[RankState]) -> str | None:
     by_rank = {s.rank: s for s in states}
     for state in running:
         call = state.waiting()
-        if call["p2p"]:
+        if call is None or call["p2p"]:
             continue
         members = [by_rank[m] for m in _members(call, states) if m in by_rank]
         # Who made this call: those waiting in it, and those it let go (gloo
@@ -243,8 +300,7 @@ def _collective_disagreement(states: list[RankState], running: list[RankState]) 
         made = {m.rank: c for m in members if (c := _call_at(m, call)) is not None}
         fingerprints: dict[tuple, list[int]] = {}
         for rank, made_call in sorted(made.items()):
-            key = (made_call["op"], _shapes(made_call), tuple(made_call.get("dtypes") or ()))
-            fingerprints.setdefault(key, []).append(rank)
+            fingerprints.setdefault(_fingerprint(made_call), []).append(rank)
         if len(fingerprints) > 1:
             return _mismatch(call, made, fingerprints, states)
         # Members whose group got past this number without a record of the call left.
@@ -321,6 +377,10 @@ def _missing_member(call: dict[str, Any], here: list[RankState], away: RankState
     where = call_words(call, states)
     if away.phase == "running":
         other = away.waiting()
+        if other is None:  # blocked in the store (judge lets no other running rank by)
+            return (f"rank {away.rank} never reached {where} ({signature(call)}): it waits in "
+                    f"{store_words(away.store_wait() or {})}, outside any collective; "
+                    f"{waiting}")
         return (f"{where}: {waiting}; rank {away.rank} waits in "
                 f"{call_words(other, states)} ({signature(other)}) instead")
     if not away.knows_group(call["group"]) and not call.get("group_desc") == "default_pg":
@@ -344,30 +404,55 @@ def _after(completed: int | None) -> str:
 
 
 def _p2p_deadlock(running: list[RankState], states: list[RankState]) -> str | None:
-    calls = [s.waiting() for s in running]
-    if not all(c["p2p"] for c in calls):
+    in_calls = [s for s in running if s.waiting() is not None]
+    calls = [s.waiting() for s in in_calls]
+    if not calls or not all(c["p2p"] for c in calls):
         return None
     ops = {c["op"] for c in calls}
     if ops <= {"send"} or ops <= {"recv", "recv_anysource"}:
         kind = "send" if ops == {"send"} else "receive"
-        ranks = _ranks([s.rank for s in running])
-        finished = [s.rank for s in states if s.phase == "finished"]
-        exited = [s.rank for s in states if s.phase == "exited"]
-        rest = ""
-        if finished:
-            their = "its test" if len(finished) == 1 else "their tests"
-            rest += f"; {_rank_or_ranks(finished)} returned from {their}"
-        if exited:
-            rest += f"; {_rank_or_ranks(exited)} exited"
-        return (f"every rank still running ({ranks}) waits in a {kind}: {kind} facing {kind}, "
-                f"nobody {'receives' if kind == 'send' else 'sends'}{rest}")
+        ranks = _ranks([s.rank for s in in_calls])
+        rest = "".join(f"; rank {s.rank} waits in {store_words(s.store_wait() or {})}"
+                       for s in running if s not in in_calls) + _gone(states)
+        who = (f"every rank still running ({ranks}) waits" if len(in_calls) == len(running)
+               else f"{_rank_or_ranks([s.rank for s in in_calls])} "
+                    f"wait{'s' if len(in_calls) == 1 else ''}")
+        facing = f"{kind} facing {kind}, " if len(in_calls) > 1 else ""
+        nobody = "nobody receives" if kind == "send" else "nobody sends"
+        return f"{who} in a {kind}: {facing}{nobody}{rest}"
     return None
+
+
+def _store_deadlock(running: list[RankState], states: list[RankState]) -> str | None:
+    """Every rank still running waits in the store: none is left to set a key."""
+    if any(s.waiting() is not None for s in running):
+        return None
+    waits = "; ".join(f"rank {s.rank} {store_words(s.store_wait() or {})}" for s in running)
+    return (f"every rank still running ({_ranks([s.rank for s in running])}) waits in the "
+            f"store, with nobody left to set what it waits for: {waits}{_gone(states)}")
+
+
+def _gone(states: list[RankState]) -> str:
+    """``; rank 2 returned from its test; rank 3 exited``, or nothing."""
+    finished = [s.rank for s in states if s.phase == "finished"]
+    exited = [s.rank for s in states if s.phase == "exited"]
+    words = ""
+    if finished:
+        their = "its test" if len(finished) == 1 else "their tests"
+        words += f"; {_rank_or_ranks(finished)} returned from {their}"
+    if exited:
+        words += f"; {_rank_or_ranks(exited)} exited"
+    return words
 
 
 def doing(state: RankState, states: list[RankState], now_ns: int) -> str:
     """One rank's part, in words."""
     if state.phase == "running":
         call = state.waiting()
+        store = state.store_wait()
+        if call is None and store is not None:
+            waited = max(0.0, (now_ns - store["since_ns"]) / 1e9)
+            return f"waiting in {store_words(store)}, outside any collective (for {waited:.1f} s)"
         if call is None:
             return "busy outside any recorded collective"
         waited = max(0.0, (now_ns - call["created_ns"]) / 1e9)

@@ -108,6 +108,8 @@ class RankSupervisor:
     def watch(self) -> list[RankOutcome]:
         """Wait for every rank, the first failure, or the deadline; then collect."""
         deadline = time.monotonic() + self._timeout_s
+        # The same moment on the wall clock, which ranks stamp their store waits with.
+        self._deadline_ns = time.time_ns() + int(self._timeout_s * 1e9)
         try:
             while self._running:
                 limit = deadline if self._stop_at is None else min(deadline, self._stop_at)
@@ -261,7 +263,8 @@ class RankSupervisor:
     def _judge_stall(self) -> bool:
         """Read the ranks' collective logs; True when they show a stall."""
         states = self._rank_states()
-        found = stall.judge(states, time.time_ns(), self._stall_window_s)
+        found = stall.judge(states, time.time_ns(), self._stall_window_s,
+                            deadline_ns=self._deadline_ns)
         if found is None:
             self._suspected = None
             return False

@@ -10,6 +10,7 @@ stalled row must fail long before it, a slow one must pass.
 import os
 import sys
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -79,6 +80,34 @@ class Rows:
         if self.rank < 2:
             dist.recv(torch.ones(2), src=1 - self.rank)
 
+    def test_a_rank_waits_in_the_store_outside_any_collective(self):
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        if self.rank == 2:
+            store().get("never set")
+        dist.all_reduce(t)
+
+    def test_every_rank_still_running_waits_in_the_store(self):
+        if self.rank < 2:
+            store().get(f"set by rank {1 - self.rank} later")
+
+    def test_a_store_wait_that_gives_up_before_the_deadline(self):
+        # Not judged: the rank gets its error back after 4 s and goes on.
+        if self.rank == 2:
+            try:
+                store().wait(["never set"], timedelta(seconds=4))
+            except Exception:  # noqa: BLE001 - the store's timeout, as the test expects
+                pass
+        dist.all_reduce(torch.ones(2))
+
+    def test_a_store_key_set_by_a_busy_rank(self):
+        if self.rank == 0:
+            time.sleep(4)
+            store().set("ready", "1")
+        else:
+            store().get("ready")
+        dist.all_reduce(torch.ones(2))
+
     def test_slow_rank_joins_a_matching_collective(self):
         if self.rank == 1:
             time.sleep(8)
@@ -99,6 +128,11 @@ class Rows:
         t = torch.ones(8 * 1024 * 1024)  # 32 MB a rank
         dist.all_reduce(t)
         assert t[0].item() == self.world_size
+
+
+def store():
+    """The default group's store: what rank processes share."""
+    return dist.distributed_c10d._get_default_store()
 
 
 if TIER == "reused":
