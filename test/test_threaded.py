@@ -152,6 +152,13 @@ def test_decorator_timeout_is_honoured(faults):
     assert "rank 2: did not finish before the deadline" in report
 
 
+def test_a_threaded_test_leaves_fork_after_autograd_working():
+    # On a CUDA build with no device, the backend's no-op CUDA guard reports a
+    # device; autograd first run after it would refuse every later fork.
+    run = run_python(["fork_after_threads.py"], timeout=120)
+    assert "FORKED [1, 4]" in run.output, run.output
+
+
 def test_no_thread_outlives_100_tests():
     run = run_python(["threaded_many.py"], timeout=120)
     assert "COUNTS run=100 failures=10 errors=0" in run.output, run.output

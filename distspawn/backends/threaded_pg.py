@@ -228,9 +228,17 @@ def _settle_the_cuda_device_guard() -> None:
     device. Done by one rank thread while another runs tensor ops, that swap
     crashed torch 2.10 (SIGSEGV); done once here, before any rank thread starts,
     it leaves the compile nothing to swap.
+
+    The no-op guard reports one device. autograd's engine counts devices once,
+    at the process's first backward, and where it finds one it starts a device
+    thread and refuses every later fork-based child that runs autograd. So a
+    throwaway backward runs first: the engine counts the real devices (none),
+    and a test after this one can still fork after autograd, as it can on
+    upstream's harness when nothing compiled.
     """
     ensure = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)  # private: listed
     if ensure is not None and torch.backends.cuda.is_built() and not torch.cuda.is_available():
+        torch.ones(1, requires_grad=True).sum().backward()
         ensure()
 
 
