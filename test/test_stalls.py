@@ -252,6 +252,23 @@ def test_nothing_is_judged_while_a_matching_call_can_still_finish():
     assert "shapes differ" in stall.judge(states, NOW, 3.0).headline
 
 
+def test_ops_whose_inputs_differ_by_rank_are_compared_by_what_may_not():
+    # A scatter's root alone passes the pieces; an all_to_all's splits may be uneven.
+    def scatter(rank, out=(2,)):
+        made = call(1, op="scatter", sizes=((2, 2),) if rank == 0 else (),
+                    dtypes=("Float",) if rank == 0 else ())
+        return {**made, "out_sizes": [list(out)], "out_dtypes": ["Float"]}
+
+    states = [state(r, "running", scatter(r)) for r in range(3)]
+    assert stall.judge(states, NOW, 3.0) is None
+    states[2].log["calls"] = [scatter(2, out=(3,))]
+    assert "(shapes differ)" in stall.judge(states, NOW, 3.0).headline
+    uneven = [state(r, "running", call(1, op="all_to_all", sizes=((r + 1,),))) for r in range(3)]
+    assert stall.judge(uneven, NOW, 3.0) is None
+    uneven[1].log["calls"] = [call(1, op="all_to_all", dtypes=("Double",))]
+    assert "(dtypes differ)" in stall.judge(uneven, NOW, 3.0).headline
+
+
 def test_reduce_ops_read_from_blocked_stacks_are_compared():
     states = [state(r, "running", call(1)) for r in range(3)]
     for s in states:

@@ -178,6 +178,7 @@ def _entry(raw: dict[str, Any]) -> dict[str, Any]:
         "sizes": raw.get("input_sizes") or [],
         "dtypes": raw.get("input_dtypes") or [],
         "out_sizes": raw.get("output_sizes") or [],
+        "out_dtypes": raw.get("output_dtypes") or [],
         "retired": bool(raw.get("retired")),
         "created_ns": raw.get("time_created_ns", 0),
     }

@@ -284,8 +284,21 @@ def _can_finish(call: dict[str, Any] | None, states: list[RankState]) -> bool:
     return all(len({c[a] for c in made if c.get(a) is not None}) <= 1 for a in _ARGUMENTS)
 
 
+# Ops whose inputs legitimately differ by rank: only a scatter's root passes
+# the pieces (ranks are compared by what each receives), and an all_to_all's
+# splits may be uneven (ranks are compared by op and dtype only).
+_COMPARED_BY_OUTPUT = ("scatter",)
+_UNEVEN_PREFIXES = ("all_to_all", "alltoall")
+
+
 def _fingerprint(call: dict[str, Any]) -> tuple:
-    return (call["op"], _shapes(call), tuple(call.get("dtypes") or ()))
+    op = call["op"]
+    if op in _COMPARED_BY_OUTPUT:
+        return (op, tuple(tuple(s) for s in call.get("out_sizes") or ()),
+                tuple(call.get("out_dtypes") or ()))
+    if op.startswith(_UNEVEN_PREFIXES):
+        return (op, (), tuple(call.get("dtypes") or ()))
+    return (op, _shapes(call), tuple(call.get("dtypes") or ()))
 
 
 def _collective_disagreement(states: list[RankState], running: list[RankState]) -> str | None:
