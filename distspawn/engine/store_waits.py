@@ -64,7 +64,10 @@ def _noting(original: Callable[..., Any], name: str, timeout_at: int | None,
             return original(store, *args, **kwargs)
         if name == "queue_pop" and not kwargs.get("block", args[1] if len(args) > 1 else True):
             return original(store, *args, **kwargs)
-        _current = _note(store, name, args, kwargs, timeout_at)
+        try:
+            _current = _note(store, name, args, kwargs, timeout_at)
+        except Exception:  # noqa: BLE001 - diagnosis must never change the store's answer
+            return original(store, *args, **kwargs)
         try:
             return original(store, *args, **kwargs)
         finally:
