@@ -178,9 +178,16 @@ def judge(states: list[RankState], now_ns: int, window_s: float,
             return None  # busy outside any recorded call: it may yet arrive
         if not at_deadline and now_ns - since < window_s * 1e9:
             return None
-    if any(_can_finish(s.waiting(), states) for s in running):
-        return None
-    headline = (_collective_disagreement(states, running) or _p2p_deadlock(running, states)
+    held_up = []
+    for state in running:
+        call = state.waiting()
+        if call is None or call["p2p"]:
+            continue
+        reason = _what_holds_up(call, states)
+        if reason is None:
+            return None  # every member reached it, matching: slow, not stuck
+        held_up.append(reason)
+    headline = ((held_up[0] if held_up else None) or _p2p_deadlock(running, states)
                 or _store_deadlock(running, states))
     if headline is None:
         return None
@@ -265,25 +272,6 @@ def _members(call: dict[str, Any], states: list[RankState]) -> list[int]:
     return [s.rank for s in states]
 
 
-def _can_finish(call: dict[str, Any] | None, states: list[RankState]) -> bool:
-    """Whether every member of the group has reached this collective (or got
-    through it) with the same fingerprint: it may be slow, but it is not stuck."""
-    if call is None or call["p2p"]:
-        return False
-    by_rank = {s.rank: s for s in states}
-    made = []
-    for member in _members(call, states):
-        state = by_rank.get(member)
-        made_call = None if state is None else _call_at(state, call)
-        if made_call is not None:
-            made.append(made_call)
-        elif state is None or (state.completed(call["group"]) or -1) < (call["seq"] or 0):
-            return False
-    if len({_fingerprint(c) for c in made}) > 1:
-        return False
-    return all(len({c[a] for c in made if c.get(a) is not None}) <= 1 for a in _ARGUMENTS)
-
-
 # Ops whose inputs legitimately differ by rank: only a scatter's root passes
 # the pieces (ranks are compared by what each receives), and an all_to_all's
 # splits may be uneven (ranks are compared by op and dtype only).
@@ -301,38 +289,36 @@ def _fingerprint(call: dict[str, Any]) -> tuple:
     return (op, _shapes(call), tuple(call.get("dtypes") or ()))
 
 
-def _collective_disagreement(states: list[RankState], running: list[RankState]) -> str | None:
+def _what_holds_up(call: dict[str, Any], states: list[RankState]) -> str | None:
+    """Why this waiting collective cannot finish, in words, or None where every
+    member of its group has reached it (or got through it) with matching calls."""
     by_rank = {s.rank: s for s in states}
-    for state in running:
-        call = state.waiting()
-        if call is None or call["p2p"]:
-            continue
-        members = [by_rank[m] for m in _members(call, states) if m in by_rank]
-        # Who made this call: those waiting in it, and those it let go (gloo
-        # can finish a mismatched call on some ranks and leave the rest waiting).
-        made = {m.rank: c for m in members if (c := _call_at(m, call)) is not None}
-        fingerprints: dict[tuple, list[int]] = {}
+    members = [by_rank[m] for m in _members(call, states) if m in by_rank]
+    # Who made this call: those waiting in it, and those it let go (gloo
+    # can finish a mismatched call on some ranks and leave the rest waiting).
+    made = {m.rank: c for m in members if (c := _call_at(m, call)) is not None}
+    fingerprints: dict[tuple, list[int]] = {}
+    for rank, made_call in sorted(made.items()):
+        fingerprints.setdefault(_fingerprint(made_call), []).append(rank)
+    if len(fingerprints) > 1:
+        return _mismatch(call, made, fingerprints, states)
+    # Members whose group got past this number without a record of the call left.
+    through = [m.rank for m in members if m.rank not in made
+               and (m.completed(call["group"]) or -1) >= (call["seq"] or 0)]
+    for argument in _ARGUMENTS:
+        # Known only for calls still waiting (read from their stacks).
+        values: dict[Any, list[int]] = {}
         for rank, made_call in sorted(made.items()):
-            fingerprints.setdefault(_fingerprint(made_call), []).append(rank)
-        if len(fingerprints) > 1:
-            return _mismatch(call, made, fingerprints, states)
-        # Members whose group got past this number without a record of the call left.
-        through = [m.rank for m in members if m.rank not in made
-                   and (m.completed(call["group"]) or -1) >= (call["seq"] or 0)]
-        for argument in _ARGUMENTS:
-            # Known only for calls still waiting (read from their stacks).
-            values: dict[Any, list[int]] = {}
-            for rank, made_call in sorted(made.items()):
-                if made_call.get(argument) is not None:
-                    values.setdefault(made_call[argument], []).append(rank)
-            if len(values) > 1:
-                return _arguments_differ(call, made, argument, values, through, states)
-        here = [m for m in members if m.rank in made]
-        # A member that left explains the wait better than one waiting elsewhere.
-        away = sorted((m for m in members if m.rank not in made and m.rank not in through),
-                      key=lambda m: m.phase == "running")
-        if away:
-            return _missing_member(call, here, away[0], states)
+            if made_call.get(argument) is not None:
+                values.setdefault(made_call[argument], []).append(rank)
+        if len(values) > 1:
+            return _arguments_differ(call, made, argument, values, through, states)
+    here = [m for m in members if m.rank in made]
+    # A member that left explains the wait better than one waiting elsewhere.
+    away = sorted((m for m in members if m.rank not in made and m.rank not in through),
+                  key=lambda m: m.phase == "running")
+    if away:
+        return _missing_member(call, here, away[0], states)
     return None
 
 
@@ -417,8 +403,9 @@ def _after(completed: int | None) -> str:
 
 
 def _p2p_deadlock(running: list[RankState], states: list[RankState]) -> str | None:
-    in_calls = [s for s in running if s.waiting() is not None]
-    calls = [s.waiting() for s in in_calls]
+    waits = {s.rank: c for s in running if (c := s.waiting()) is not None}
+    in_calls = [s for s in running if s.rank in waits]
+    calls = list(waits.values())
     if not calls or not all(c["p2p"] for c in calls):
         return None
     ops = {c["op"] for c in calls}
