@@ -39,6 +39,8 @@ EXPECTED = {
     "ExpertLayers.test_transformer_with_experts_under_tp_ep_and_both": "pass",
     "RedistributeTwoWays.test_shard_to_replicate": "pass",
     "RedistributeTwoWaysWithLocalTensor.test_shard_to_replicate": "pass",
+    "RedistributeTwoWays.test_rowwise_linear_matches_the_unsharded_one": "pass",
+    "RedistributeTwoWaysWithLocalTensor.test_rowwise_linear_matches_the_unsharded_one": "pass",
     "DTensorReusedDefaultSize.test_mesh_spans_every_rank": "pass",
     "DTensorOnThreads.test_with_comms_passes_through": "pass",
     "OwnInitPG.test_called_with_parentheses": "pass",

@@ -67,6 +67,42 @@ def test_tolerances_and_flags(case):
         case.assertEqual(1.0, 1.0, atol=1e-3)
 
 
+class _MixingTensor(torch.Tensor):
+    """Takes part in ops with tensors of other types, as LocalTensor and funcol's
+    AsyncCollectiveTensor do."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return super().__torch_function__(func, (torch.Tensor,), args, kwargs or {})
+
+
+class _LeftTensor(_MixingTensor):
+    pass
+
+
+class _RightTensor(_MixingTensor):
+    pass
+
+
+def test_tensors_of_unrelated_subclasses_compare_by_value(case):
+    # Neither type is the other's subclass, so torch.testing.assert_close
+    # refuses the pair; upstream's assertEqual compares it (a LocalTensor
+    # against an AsyncCollectiveTensor in pytorch's test_parallelize_api.py).
+    def left(*values, **kwargs):
+        return torch.tensor(values, **kwargs).as_subclass(_LeftTensor)
+
+    def right(*values, **kwargs):
+        return torch.tensor(values, **kwargs).as_subclass(_RightTensor)
+
+    case.assertEqual(left(1.0, 2.0), right(1.0, 2.0))
+    for y, words in [(right(1.0, 2.5), "not close"), (right(1.0), "shape"),
+                     (right(1.0, 2.0, dtype=torch.float64), "dtype")]:
+        with pytest.raises(AssertionError) as info:
+            case.assertEqual(left(1.0, 2.0), y)
+        assert words in str(info.value)
+    case.assertEqual(left(1.0, 2.0), right(1.0, 2.0, dtype=torch.float64), exact_dtype=False)
+
+
 def test_msg_is_appended_and_callable_msg_rewrites(case):
     with pytest.raises(AssertionError, match="(?s)not equal.*my note"):
         case.assertEqual(1, 2, "my note")

@@ -36,6 +36,7 @@ if os.environ.get("UPSTREAM_HARNESS") == "1":
         skip_unless_torch_gpu,
         create_local_tensor_test_class,
         map_local_for_rank,
+        map_local_tensor_for_rank,
         with_comms,
     )
 else:
@@ -55,6 +56,7 @@ else:
         skip_unless_torch_gpu,
         create_local_tensor_test_class,
         map_local_for_rank,
+        map_local_tensor_for_rank,
         with_comms,
     )
 
@@ -249,8 +251,22 @@ class RedistributeTwoWays(DTensorTestBase):
         sharded = distribute_tensor(full, mesh, [Shard(0)])
         self.assertEqual(sharded.redistribute(mesh, [Replicate()]).to_local(), full)
 
+    @with_comms
+    def test_rowwise_linear_matches_the_unsharded_one(self):
+        # A row-wise layer's output comes back through a functional all_reduce,
+        # as a lazily waited tensor; with every rank in this process it is
+        # compared with a LocalTensor (a pair of unrelated tensor types).
+        mesh = self.build_device_mesh()
+        torch.manual_seed(3)
+        unsharded = torch.nn.Linear(8, 4)
+        rowwise = parallelize_module(copy.deepcopy(unsharded), mesh, RowwiseParallel())
+        inputs = torch.rand(2, 8)
+        piece = map_local_tensor_for_rank(
+            inputs, self.rank, lambda t, rank: t.chunk(self.world_size, dim=-1)[rank])
+        self.assertEqual(unsharded(inputs), rowwise(piece))
 
-# The same test again, every rank in this process (upstream's helper).
+
+# The same tests again, every rank in this process (upstream's helper).
 RedistributeTwoWaysWithLocalTensor = create_local_tensor_test_class(RedistributeTwoWays)
 
 
