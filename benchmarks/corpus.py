@@ -13,7 +13,10 @@ missing optional package) is left out of the counts, and listed.
 
 The files are not ours, so they are never committed: fetch each project at its
 commit into one folder per project (``--corpus DIR``: ``DIR/torchtitan``,
-``DIR/pytorch``, ...), then
+``DIR/pytorch``, ...). pytorch's files come one by one (its repository is too
+big to fetch whole); an entry whose commit the code-search index could not name
+has ``"commit": null`` and its ``index_id`` there instead. An entry with a
+``sha256`` is checked against it before anything runs. Then
 
     python benchmarks/corpus.py --corpus /tmp/corpus
     python benchmarks/corpus.py --corpus /tmp/corpus --only torchtitan --harnesses stand-in
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import subprocess
@@ -97,16 +101,30 @@ def switch_imports(source: str) -> str:
 class Entry:
     project: str
     repository: str
-    commit: str
+    commit: str | None
     path: str
     pythonpath: tuple[str, ...] = (".",)
+    sha256: str | None = None
 
 
 def load_manifest(path: Path) -> list[Entry]:
     """The corpus files listed in ``path``."""
     data = json.loads(path.read_text())
     return [Entry(e["project"], e["repository"], e["commit"], e["path"],
-                  tuple(e.get("pythonpath", ["."]))) for e in data["files"]]
+                  tuple(e.get("pythonpath", ["."])), e.get("sha256")) for e in data["files"]]
+
+
+def content_mismatches(entries: list[Entry], corpus: Path) -> list[str]:
+    """Entries whose file in ``corpus`` is not the version the manifest pins."""
+    wrong = []
+    for entry in entries:
+        if entry.sha256 is None:
+            continue
+        found = hashlib.sha256((corpus / entry.project / entry.path).read_bytes()).hexdigest()
+        if found != entry.sha256:
+            wrong.append(f"{entry.project}/{entry.path} (sha256 {found[:12]}..., "
+                         f"expected {entry.sha256[:12]}...)")
+    return wrong
 
 
 def run_file(entry: Entry, root: Path, harness: str, timeout: float,
@@ -192,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"--corpus {args.corpus}: not found there: {', '.join(missing[:5])} "
                      "(fetch each project at its listed commit into a folder named after it)")
+    wrong = content_mismatches(entries, args.corpus)
+    if wrong:
+        parser.error(f"--corpus {args.corpus}: not the listed version: {', '.join(wrong)}")
 
     results: dict[str, dict] = {}
     totals = {h: 0.0 for h in harnesses}

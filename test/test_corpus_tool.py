@@ -42,3 +42,15 @@ def test_verdicts_compare_by_kind_and_a_skip_turned_pass_is_better():
     ours = {"A.a": "pass", "A.b": "pass", "A.c": "fail", "A.d": "skip: no"}
     assert compare(upstream, ours, {"A.c"}) == {"same": ["A.a"], "better": ["A.b"],
                                                 "differ": ["A.d"]}
+
+
+def test_a_file_that_is_not_the_pinned_version_is_named(tmp_path):
+    from corpus import Entry, content_mismatches
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "test_a.py").write_text("print('a')\n")
+    pinned = "5b5d3f0f8ff3a5a0f2b1b0a3a0d0c3c4e1a2b3c4d5e6f708192a3b4c5d6e7f80"
+    entries = [Entry("proj", "owner/proj", None, "test_a.py", sha256=pinned),
+               Entry("proj", "owner/proj", "abc", "test_a.py")]
+    assert content_mismatches(entries, tmp_path) == [
+        "proj/test_a.py (sha256 62bdb208de6d..., expected 5b5d3f0f8ff3...)"]
