@@ -8,6 +8,8 @@ upstream's harness: the verdicts must agree.
 """
 
 
+import re
+
 import pytest
 
 from harness import (
@@ -131,7 +133,8 @@ def test_should_stop_test_suite_is_consulted_as_upstream_does(stop_after):
 @pytest.mark.parametrize("harness, shared, verdict", [
     ("distspawn", None, "FAIL"), ("distspawn", "1", "ok"), ("upstream", None, "ok"),
     # run unchanged, a file gets upstream's verdict: the threads share a generator
-    ("stand-in", None, "ok"), ("stand-in", "0", "FAIL")])
+    # (and a failure is upstream's RuntimeError: unittest says ERROR)
+    ("stand-in", None, "ok"), ("stand-in", "0", "ERROR")])
 def test_shared_thread_generator_is_one_switch_away(harness, shared, verdict):
     if harness != "distspawn" and not upstream_harness_imports():
         pytest.skip("torch.testing._internal does not import here")
@@ -141,7 +144,7 @@ def test_shared_thread_generator_is_one_switch_away(harness, shared, verdict):
     runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
     run = run_python([*runner, "shared_rng.py", "-v"], env=env)
     assert run.verdict_line("test_ranks_draw_different_numbers").endswith(verdict), run.output
-    if verdict == "FAIL":
+    if verdict != "ok":
         report = run.report("test_ranks_draw_different_numbers")
         assert "per_thread_rng = False" in report and "DISTSPAWN_SHARED_THREAD_RNG=1" in report
 
@@ -150,3 +153,32 @@ def test_a_bad_shared_generator_setting_is_one_clear_error():
     run = run_python(["shared_rng.py"], env={"DISTSPAWN_SHARED_THREAD_RNG": "maybe"})
     assert run.returncode != 0
     assert "DISTSPAWN_SHARED_THREAD_RNG='maybe': expected 1" in run.output
+
+
+THREADED_TESTS = ("test_body_that_would_fail", "test_expects_the_ranks_assertion_error",
+                  "test_expects_a_runtime_error")
+
+
+@pytest.mark.parametrize("harness, failing", [
+    # distspawn fails a test whose rank threads never started, and its failure
+    # is an AssertionError as well as upstream's RuntimeError ...
+    ("distspawn", {"test_body_that_would_fail"}),
+    # ... while upstream passes the first without running it and raises a
+    # plain RuntimeError; run unchanged, a file gets upstream's verdicts.
+    ("upstream", {"test_expects_the_ranks_assertion_error"}),
+    ("stand-in", {"test_expects_the_ranks_assertion_error"})])
+def test_threaded_verdicts_that_differ_from_upstreams_on_purpose(harness, failing):
+    if harness != "distspawn" and not upstream_harness_imports():
+        pytest.skip("torch.testing._internal does not import here")
+    runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
+    run = run_python([*runner, "threaded_upstream_verdicts.py", "-v"],
+                     env={"UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1"})
+    assert "Ran 3 tests" in run.output, run.output
+    assert {test for test in THREADED_TESTS
+            if re.search(rf"^(ERROR|FAIL): {test} ", run.output, re.M)} == failing, run.output
+    if harness == "distspawn":
+        assert "no threaded world is running: call self._spawn_threads()" in run.output
+    if harness == "stand-in":
+        assert ("NeverStartsThreads.test_body_that_would_fail passed without running its "
+                "body") in run.output
+    assert run.leftover_pids == []

@@ -18,6 +18,7 @@ import threading
 import time
 import traceback
 import unittest
+import warnings
 from dataclasses import dataclass, field
 from functools import partial, wraps
 from typing import Any, Callable
@@ -47,6 +48,7 @@ from ..backends.thread_rng import (
 from ..backends.threaded_pg import DeadlineReached, PeerFailed, ThreadedSession
 from ..engine.verdict import (
     RankFailure,
+    RankFailureAsUpstreamRaises,
     RankOutcome,
     ReturnCodePolicy,
     VerdictKind,
@@ -334,6 +336,14 @@ def _format(exc_info) -> str:
         return format_user_exception()
 
 
+_NO_THREADS = ("no threaded world is running: call self._spawn_threads() in setUp, "
+               "after super().setUp()")
+_NO_THREADS_PASS = ("{test} passed without running its body: no rank threads were started "
+                    "(its setUp never called self._spawn_threads()). Upstream's harness "
+                    "passes such a test, so the stand-in mode does too; with distspawn's "
+                    "imports it fails.")
+
+
 class MultiThreadedTestCase(RankDispatchingTestCase):
     """Runs every test method on ``world_size`` threads of this process.
 
@@ -358,6 +368,9 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
     # Each rank thread draws CPU random numbers from its own generator, seeded
     # like a rank process; False: all threads share the process's (upstream).
     per_thread_rng: bool = True
+    # Where upstream's verdict differs from distspawn's on purpose, give
+    # upstream's (the stand-in mode sets it, for files run unchanged).
+    upstream_verdicts: bool = False
 
     @property
     def world_size(self) -> int:
@@ -430,8 +443,12 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
     def _join_threads(cls, threads: list[threading.Thread], fn: Callable) -> None:
         session = threaded_pg.active_session()
         if session is None:
-            raise RuntimeError("no threaded world is running: call self._spawn_threads() "
-                               "in setUp, after super().setUp()")
+            if cls.upstream_verdicts:
+                # Upstream's harness passes such a test without running its body.
+                warnings.warn(_NO_THREADS_PASS.format(test=getattr(fn, "__qualname__", fn)),
+                              UserWarning, stacklevel=2)
+                return
+            raise RuntimeError(_NO_THREADS)
         try:
             failures = _wait_for_ranks(session, threads)
         finally:
@@ -469,7 +486,8 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         header = f"{name} failed on the threaded backend"
         if any(isinstance(e, RankTimedOut) for _, (_, e, _) in failed_ranks):
             header += f" (deadline {timeout:g} s)"
-        raise RankFailure(header, verdict, _SHARED_RNG_NOTE if random_draws else "")
+        failure = RankFailureAsUpstreamRaises if cls.upstream_verdicts else RankFailure
+        raise failure(header, verdict, _SHARED_RNG_NOTE if random_draws else "")
 
     def assertEqualOnRank(self, x: Any, y: Any, msg: Any = None, *, rank: int = 0) -> None:  # noqa: N802
         """``assertEqual`` checked on ``rank`` only."""

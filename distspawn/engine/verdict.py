@@ -344,7 +344,18 @@ def worker_words(outcome: RankOutcome) -> str | None:
     return None
 
 
-class RankFailure(AssertionError, RuntimeError):
+class _RankFailureReport(Exception):
+    """What each rank-failure exception carries; see :class:`RankFailure`."""
+
+    def __init__(self, header: str, verdict: Verdict, footer: str = "") -> None:
+        tail = f"\n\n{footer}" if footer else ""
+        super().__init__(f"{header}\n{verdict.message}{tail}")
+        # The verdict first: pytest's one-line summary shows the first line.
+        self.summary = f"{verdict.summary or verdict.message}\n({header}){tail}"
+        self.failed_ranks = verdict.failed_ranks
+
+
+class RankFailure(_RankFailureReport, AssertionError, RuntimeError):
     """A test failed on one or more ranks.
 
     An ``AssertionError``, so that unittest and pytest report a failure (not
@@ -356,13 +367,19 @@ class RankFailure(AssertionError, RuntimeError):
     facts split up, so the pytest plugin can give each rank its own section.
     """
 
-    def __init__(self, header: str, verdict: Verdict, footer: str = "") -> None:
-        tail = f"\n\n{footer}" if footer else ""
-        super().__init__(f"{header}\n{verdict.message}{tail}")
-        # The verdict first: pytest's one-line summary shows the first line.
-        self.summary = f"{verdict.summary or verdict.message}\n({header}){tail}"
-        self.failed_ranks = verdict.failed_ranks
 
+class RankFailureAsUpstreamRaises(_RankFailureReport, RuntimeError):
+    """:class:`RankFailure` with upstream's type only (a ``RuntimeError``).
+
+    The stand-in mode raises it from rank threads: a file run unchanged that
+    wraps a threaded test in ``assertRaises(AssertionError)`` then gets the
+    verdict upstream's harness gives it.
+    """
+
+
+# Every exception that carries a rank-by-rank report.
+RANK_FAILURES = (RankFailure, RankFailureAsUpstreamRaises)
 
 # Users meet it in tracebacks and import it from the package: named as such.
 RankFailure.__module__ = "distspawn"
+RankFailureAsUpstreamRaises.__module__ = "distspawn"

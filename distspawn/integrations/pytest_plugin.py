@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ..cases.testcase import RankDispatchingTestCase
-from ..engine.verdict import RankFailure
+from ..engine.verdict import RANK_FAILURES
 from ..cases.sized_variants import sized_class
 from .world_sizes import machine_max_world_size, parse_world_sizes
 
@@ -181,7 +181,7 @@ def label_rank_failures(item: pytest.Item, call: pytest.CallInfo, report: Any) -
     if report.when != "call" or not report.failed or call.excinfo is None:
         return
     failure = call.excinfo.value
-    if not isinstance(failure, RankFailure) or not failure.failed_ranks:
+    if not isinstance(failure, RANK_FAILURES) or not failure.failed_ranks:
         return
     if not item.config.getoption("xmlpath", None):
         # JUnit XML keeps only the main report, so there the whole text stays in it.
