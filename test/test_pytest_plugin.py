@@ -3,6 +3,8 @@
 import re
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from harness import run_python
 
 FILE = "plugin_sizes.py"
@@ -147,6 +149,17 @@ def test_a_threads_only_file_starts_no_rank_server_and_a_mixed_run_does():
     assert mixed.returncode == 0 and "1 passed" in mixed.output, mixed.output
     for run in (alone, mixed):
         assert run.leftover_pids == [] and run.leftover_files == []
+
+
+@pytest.mark.parametrize("runnable_too", ["0", "1"])
+def test_a_file_whose_rank_tests_all_skip_by_decorator_is_not_preloaded(runnable_too):
+    # unittest.skip / skipIf and pytest's skip / skipif marks decide before the
+    # test runs; the file's test asks the rank server's list (see there).
+    run = pytest_run("skipped_rank_classes.py", "-q", "-p", "no:cacheprovider",
+                     env={"RUNNABLE_TOO": runnable_too})
+    passed = 2 if runnable_too == "1" else 1
+    assert run.returncode == 0 and f"{passed} passed, 5 skipped" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
 
 
 def test_every_rank_class_is_named_in_the_plugins_early_start_guess():

@@ -217,8 +217,55 @@ def adopt_early_rank_server(list_socket: Any, environ_path: str) -> None:
 def _start_rank_server_early(cls: type) -> None:
     # The first multi-process test class collected: the server starts
     # importing torch now, while pytest collects the rest.
-    if _forkserver_class(cls):
+    if _forkserver_class(cls) and _class_may_run_a_test(cls):
         _start_quietly([cls.__module__], more_to_come=True)
+
+
+# -- tests skipped before they run ---------------------------------------------------------
+# A module whose rank tests all skip by decorator is not preloaded into the
+# rank server: importing it there would only compete with this process for
+# the CPUs. A condition pytest evaluates from a string counts as "may run".
+
+
+def _mark_skips(mark: Any) -> bool:
+    name = getattr(mark, "name", None)
+    if name == "skip":
+        return True
+    if name != "skipif":
+        return False
+    kwargs = getattr(mark, "kwargs", {})
+    conditions = [*getattr(mark, "args", ()),
+                  *([kwargs["condition"]] if "condition" in kwargs else [])]
+    for condition in conditions:
+        if isinstance(condition, str):
+            continue
+        try:
+            if bool(condition):
+                return True
+        except Exception:  # noqa: BLE001 - a condition with no truth value: may run
+            continue
+    return False
+
+
+def _skipped_by_decorator(obj: Any) -> bool:
+    if getattr(obj, "__unittest_skip__", False):
+        return True
+    marks = getattr(obj, "pytestmark", ())
+    return any(_mark_skips(mark) for mark in
+               (marks if isinstance(marks, (list, tuple)) else [marks]))
+
+
+def _class_may_run_a_test(cls: type) -> bool:
+    if _skipped_by_decorator(cls):
+        return False
+    tests = [getattr(cls, name, None) for name in dir(cls) if name.startswith("test")]
+    return any(callable(test) and not _skipped_by_decorator(test) for test in tests)
+
+
+def _item_may_run(item: pytest.Item) -> bool:
+    if any(_mark_skips(mark) for mark in item.iter_markers()):
+        return False
+    return not any(_skipped_by_decorator(getattr(item, attr, None)) for attr in ("obj", "cls"))
 
 
 def start_rank_server_for(items: list[pytest.Item]) -> None:
@@ -234,7 +281,7 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
     modules = []
     for item in items:
         cls = getattr(item, "cls", None)
-        if _forkserver_class(cls) and cls.__module__ not in modules:
+        if _forkserver_class(cls) and cls.__module__ not in modules and _item_may_run(item):
             modules.append(cls.__module__)
     if modules or rank_server.rank_server_started():
         _start_quietly(modules)  # also tells an early-started server the list
