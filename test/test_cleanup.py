@@ -100,6 +100,10 @@ TIERS = [("fresh", "forkserver"), ("fresh", "spawn"), ("fresh", "fork"),
          ("reused", "forkserver"), ("reused", "spawn")]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("stop", list(STOPS))
 @pytest.mark.parametrize("tier, start_method", TIERS)
 def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, stop):
@@ -112,9 +116,11 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
         os.mkfifo(fifo)
         env = {**os.environ, "PID_FIFO": fifo, "TMPDIR": tmp, MARKER_VAR: marker,
                "INTERRUPT_TIER": tier, "DISTSPAWN_START_METHOD": start_method}
+        # SIGINT at its default in the child: a suite started as a background
+        # job (where bash ignores SIGINT) would hand SIG_IGN on to it.
         parent = subprocess.Popen([sys.executable, "interrupt.py"], cwd=SCENARIOS, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  start_new_session=to_group)
+                                  start_new_session=to_group, preexec_fn=_default_sigint)
         try:
             pids = _read_pids(fifo, 2)
             assert len(pids) == 2, "the ranks never started"
