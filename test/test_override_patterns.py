@@ -130,19 +130,23 @@ def test_should_stop_test_suite_is_consulted_as_upstream_does(stop_after):
         assert stop_suite(True, stop_after) == (ran, c_ran, code)
 
 
+def run_scenario_as(harness, script, env=None):
+    """``script -v`` on distspawn, on upstream's harness, or unchanged in the stand-in mode."""
+    if harness != "distspawn" and not upstream_harness_imports():
+        pytest.skip("torch.testing._internal does not import here")
+    env = {"UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1", **(env or {})}
+    runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
+    return run_python([*runner, script, "-v"], env=env)
+
+
 @pytest.mark.parametrize("harness, shared, verdict", [
     ("distspawn", None, "FAIL"), ("distspawn", "1", "ok"), ("upstream", None, "ok"),
     # run unchanged, a file gets upstream's verdict: the threads share a generator
     # (and a failure is upstream's RuntimeError: unittest says ERROR)
     ("stand-in", None, "ok"), ("stand-in", "0", "ERROR")])
 def test_shared_thread_generator_is_one_switch_away(harness, shared, verdict):
-    if harness != "distspawn" and not upstream_harness_imports():
-        pytest.skip("torch.testing._internal does not import here")
-    env = {"UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1"}
-    if shared:
-        env["DISTSPAWN_SHARED_THREAD_RNG"] = shared
-    runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
-    run = run_python([*runner, "shared_rng.py", "-v"], env=env)
+    run = run_scenario_as(harness, "shared_rng.py",
+                          {"DISTSPAWN_SHARED_THREAD_RNG": shared} if shared else None)
     assert run.verdict_line("test_ranks_draw_different_numbers").endswith(verdict), run.output
     if verdict != "ok":
         report = run.report("test_ranks_draw_different_numbers")
@@ -168,11 +172,7 @@ THREADED_TESTS = ("test_body_that_would_fail", "test_expects_the_ranks_assertion
     ("upstream", {"test_expects_the_ranks_assertion_error"}),
     ("stand-in", {"test_expects_the_ranks_assertion_error"})])
 def test_threaded_verdicts_that_differ_from_upstreams_on_purpose(harness, failing):
-    if harness != "distspawn" and not upstream_harness_imports():
-        pytest.skip("torch.testing._internal does not import here")
-    runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
-    run = run_python([*runner, "threaded_upstream_verdicts.py", "-v"],
-                     env={"UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1"})
+    run = run_scenario_as(harness, "threaded_upstream_verdicts.py")
     assert "Ran 3 tests" in run.output, run.output
     assert {test for test in THREADED_TESTS
             if re.search(rf"^(ERROR|FAIL): {test} ", run.output, re.M)} == failing, run.output

@@ -178,7 +178,7 @@ def judge(states: list[RankState], now_ns: int, window_s: float,
             return None  # busy outside any recorded call: it may yet arrive
         if not at_deadline and now_ns - since < window_s * 1e9:
             return None
-    held_up = []
+    headline = None
     for state in running:
         call = state.waiting()
         if call is None or call["p2p"]:
@@ -186,9 +186,8 @@ def judge(states: list[RankState], now_ns: int, window_s: float,
         reason = _what_holds_up(call, states)
         if reason is None:
             return None  # every member reached it, matching: slow, not stuck
-        held_up.append(reason)
-    headline = ((held_up[0] if held_up else None) or _p2p_deadlock(running, states)
-                or _store_deadlock(running, states))
+        headline = headline or reason
+    headline = headline or _p2p_deadlock(running, states) or _store_deadlock(running, states)
     if headline is None:
         return None
     return Stall(headline, {s.rank: doing(s, states, now_ns) for s in states},

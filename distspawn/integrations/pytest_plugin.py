@@ -263,9 +263,11 @@ def _class_may_run_a_test(cls: type) -> bool:
 
 
 def _item_may_run(item: pytest.Item) -> bool:
+    # iter_markers covers the test's, its class's and its module's pytest marks.
     if any(_mark_skips(mark) for mark in item.iter_markers()):
         return False
-    return not any(_skipped_by_decorator(getattr(item, attr, None)) for attr in ("obj", "cls"))
+    return not any(getattr(getattr(item, attr, None), "__unittest_skip__", False)
+                   for attr in ("obj", "cls"))
 
 
 def start_rank_server_for(items: list[pytest.Item]) -> None:
