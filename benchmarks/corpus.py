@@ -7,7 +7,9 @@ commit, path) is run under pytest three ways, one file at a time:
 - ``switched``: a copy beside it with only its imports switched to
   distspawn's, as README's migration table says (``switch_imports`` below).
 It prints one table, file by file: tests counted, verdicts the same, better
-(upstream skips, distspawn passes), differing, and wall time per harness.
+(upstream skips, distspawn passes), differing, wall time per harness, and
+how many files and folders each run left in its TMPDIR (each run gets a fresh
+one; pytest's own ``pytest-of-*`` folders are not counted).
 A test that fails on every harness (a file newer than the torch installed, a
 missing optional package) is left out of the counts, and listed.
 
@@ -30,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import getpass
 import hashlib
+import importlib
 import json
 import os
 import subprocess
@@ -63,6 +67,13 @@ SWITCHED_COMMON_UTILS = {"TestCase", "run_tests", "FILE_SCHEMA", "IS_SANDCASTLE"
 COMMON_UTILS = "torch.testing._internal.common_utils"
 
 
+def _provided(module: str, name: str) -> bool:
+    # README: names of upstream's modules that are not harness (common_dtensor's
+    # DTensor op-test helpers, say) are not in distspawn's, and a file keeps
+    # importing them from upstream's module.
+    return name == "*" or hasattr(importlib.import_module(module), name)
+
+
 def switch_imports(source: str) -> str:
     """``source`` with its imports of upstream's harness switched to distspawn's."""
     lines = source.splitlines(keepends=True)
@@ -71,7 +82,10 @@ def switch_imports(source: str) -> str:
         replacement = None
         if isinstance(node, ast.ImportFrom) and node.level == 0:
             if node.module in SWITCHED_MODULES:
-                replacement = [(SWITCHED_MODULES[node.module], node.names)]
+                ours = [a for a in node.names if _provided(SWITCHED_MODULES[node.module], a.name)]
+                theirs = [a for a in node.names if a not in ours]
+                replacement = ([(SWITCHED_MODULES[node.module], ours)] if ours else []) + (
+                    [(node.module, theirs)] if theirs else [])
             elif node.module == COMMON_UTILS:
                 ours = [a for a in node.names if a.name in SWITCHED_COMMON_UTILS]
                 theirs = [a for a in node.names if a.name not in SWITCHED_COMMON_UTILS]
@@ -127,9 +141,17 @@ def content_mismatches(entries: list[Entry], corpus: Path) -> list[str]:
     return wrong
 
 
-def run_file(entry: Entry, root: Path, harness: str, timeout: float,
-             ) -> tuple[dict[str, str], float]:
-    """One file on one harness: its verdicts ("Class.test" -> verdict) and seconds."""
+@dataclass
+class FileRun:
+    """One file on one harness."""
+
+    verdicts: dict[str, str]  # "Class.test" -> verdict
+    seconds: float
+    left_behind: list[str]  # what the run left in its own TMPDIR
+
+
+def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
+    """Run one file on one harness, with a TMPDIR of its own, and read back the verdicts."""
     target = root / entry.path
     switched = None
     if harness == "switched":
@@ -143,6 +165,14 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float,
     try:
         with tempfile.TemporaryDirectory(prefix="distspawn-corpus-") as tmp:
             junit = Path(tmp) / "junit.xml"
+            # Every temp file and store file of the run lands here, so what
+            # outlives it can be counted (pytest keeps its own tmp_path folders
+            # on purpose: those are not counted).
+            env["TMPDIR"] = str(Path(tmp) / "tmp")
+            os.mkdir(env["TMPDIR"])
+            # inductor's cache lives under TMPDIR unless told: keep the usual
+            # one, so that no run pays compiles another run already paid.
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", _default_inductor_cache())
             command = [sys.executable, "-m", "pytest", str(target), "-q",
                        "-p", "no:cacheprovider", f"--junitxml={junit}"]
             if harness == "stand-in":
@@ -152,16 +182,29 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float,
                 subprocess.run(command, env=env, cwd=root, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=timeout, check=False)
             except subprocess.TimeoutExpired:
-                return {"(whole file)": f"timeout after {timeout:.0f} s"}, timeout
+                return FileRun({"(whole file)": f"timeout after {timeout:.0f} s"}, timeout,
+                               _left_in(env["TMPDIR"]))
             elapsed = time.monotonic() - started
+            left = _left_in(env["TMPDIR"])
             if not junit.exists():
-                return {"(whole file)": "fail: pytest wrote no report"}, elapsed
+                return FileRun({"(whole file)": "fail: pytest wrote no report"}, elapsed, left)
             # The switched copy's module name shows in names of collection errors.
-            return {name.replace("__distspawn", ""): verdict
-                    for name, verdict in verdicts_from_junit(junit).items()}, elapsed
+            return FileRun({name.replace("__distspawn", ""): verdict
+                            for name, verdict in verdicts_from_junit(junit).items()},
+                           elapsed, left)
     finally:
         if switched is not None:
             switched.unlink(missing_ok=True)
+
+
+def _default_inductor_cache() -> str:
+    # Where torch._inductor puts its cache when TORCHINDUCTOR_CACHE_DIR is unset.
+    user = getpass.getuser().replace("\\", "_")
+    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
+
+
+def _left_in(folder: str) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if not name.startswith("pytest-of-"))
 
 
 def kind(verdict: str | None) -> str:
@@ -216,33 +259,42 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, dict] = {}
     totals = {h: 0.0 for h in harnesses}
+    left_totals = {h: 0 for h in harnesses}
     header = ["file", "tests", *[f"{h} s" for h in harnesses]] + [
-        f"{h}: same/better/differ" for h in harnesses if h != "upstream"]
+        f"{h}: same/better/differ" for h in harnesses if h != "upstream"] + [
+        "left in TMPDIR (" + "/".join(harnesses) + ")"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
     for entry in entries:
         root = args.corpus / entry.project
         runs = {h: run_file(entry, root, h, args.timeout) for h in harnesses}
-        for harness, (_, seconds) in runs.items():
-            totals[harness] += seconds
-        failing = set.intersection(*[{n for n, v in verdicts.items() if kind(v) != "pass"
-                                      and kind(v) != "skip"} for verdicts, _ in runs.values()])
-        row_results = {"runs": {h: {"verdicts": v, "seconds": s} for h, (v, s) in runs.items()},
+        for harness, run in runs.items():
+            totals[harness] += run.seconds
+            left_totals[harness] += len(run.left_behind)
+        failing = set.intersection(*[{n for n, v in run.verdicts.items() if kind(v) != "pass"
+                                      and kind(v) != "skip"} for run in runs.values()])
+        row_results = {"runs": {h: {"verdicts": run.verdicts, "seconds": run.seconds,
+                                    "left_behind": run.left_behind}
+                                for h, run in runs.items()},
                        "failing_everywhere": sorted(failing)}
         cells = []
         if "upstream" in runs:
             for harness in harnesses:
                 if harness == "upstream":
                     continue
-                outcome = compare(runs["upstream"][0], runs[harness][0], failing)
+                outcome = compare(runs["upstream"].verdicts, runs[harness].verdicts, failing)
                 row_results[harness] = outcome
                 cells.append(f"{len(outcome['same'])}/{len(outcome['better'])}/"
                              f"{len(outcome['differ'])}")
-        counted = len(set().union(*[v for v, _ in runs.values()]) - failing)
+        counted = len(set().union(*[run.verdicts for run in runs.values()]) - failing)
         results[f"{entry.project}/{entry.path}"] = row_results
         print(f"| {entry.project}/{entry.path} | {counted} | "
-              + " | ".join(f"{runs[h][1]:.1f}" for h in harnesses)
-              + (" | " + " | ".join(cells) if cells else "") + " |", flush=True)
+              + " | ".join(f"{runs[h].seconds:.1f}" for h in harnesses)
+              + (" | " + " | ".join(cells) if cells else "")
+              + " | " + "/".join(str(len(runs[h].left_behind)) for h in harnesses) + " |",
+              flush=True)
     print("\ntotal seconds: " + ", ".join(f"{h} {s:.0f}" for h, s in totals.items()))
+    print("left in TMPDIR after the run (files and folders): "
+          + ", ".join(f"{h} {n}" for h, n in left_totals.items()))
     if "upstream" in totals:
         for harness in harnesses:
             if harness != "upstream":

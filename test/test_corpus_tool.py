@@ -16,6 +16,8 @@ from torch.testing._internal.common_distributed import (
 )
 from torch.testing._internal.common_utils import TestCase, instantiate_parametrized_tests, run_tests
 from torch.testing._internal.distributed._tensor.common_dtensor import DTensorTestBase as Base
+from torch.testing._internal.distributed._tensor.common_dtensor import (
+    MLPModule, generate_shard_orders as orders)
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 if True:
@@ -31,6 +33,9 @@ def test_upstream_imports_become_distspawns_and_the_rest_stay():
     assert ("from distspawn import TestCase, run_tests; from torch.testing._internal."
             "common_utils import instantiate_parametrized_tests") in switched
     assert "from distspawn.dtensor import DTensorTestBase as Base" in switched
+    # README: DTensor op-test helpers are not harness, and stay upstream's.
+    assert ("from distspawn.dtensor import MLPModule; from torch.testing._internal.distributed."
+            "_tensor.common_dtensor import generate_shard_orders as orders") in switched
     assert "from distspawn.fake_pg import FakeStore" in switched
     assert "    from distspawn.fsdp import FSDPTest\n" in switched
     assert switched.startswith("import os\n")
@@ -54,3 +59,21 @@ def test_a_file_that_is_not_the_pinned_version_is_named(tmp_path):
                Entry("proj", "owner/proj", "abc", "test_a.py")]
     assert content_mismatches(entries, tmp_path) == [
         "proj/test_a.py (sha256 62bdb208de6d..., expected 5b5d3f0f8ff3...)"]
+
+
+def test_each_run_has_a_tmpdir_of_its_own_and_what_it_leaves_is_counted(tmp_path):
+    from corpus import Entry, run_file
+
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "test_leaves.py").write_text(
+        "import os, tempfile\n"
+        "def test_leaves_a_file():\n"
+        "    assert os.environ['TMPDIR'] != " + repr(str(tmp_path)) + "\n"
+        "    tempfile.mkstemp(prefix='left-')\n"
+        "def test_uses_tmp_path(tmp_path):\n"
+        "    (tmp_path / 'kept-by-pytest').write_text('')\n")
+    run = run_file(Entry("proj", "owner/proj", "abc", "test_leaves.py"), tmp_path / "proj",
+                   "upstream", timeout=120)
+    assert run.verdicts == {"test_leaves.test_leaves_a_file": "pass",
+                            "test_leaves.test_uses_tmp_path": "pass"}, run.verdicts
+    assert len(run.left_behind) == 1 and run.left_behind[0].startswith("left-")
