@@ -18,6 +18,8 @@ from pathlib import Path
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 MARKER_VAR = "DISTSPAWN_TEST_RUN_MARKER"
+# What unittest -v writes after a test's " ... ".
+_VERDICT_WORDS = re.compile(r"ok|FAIL|ERROR|skipped .*|expected failure|unexpected success")
 
 
 class RanPastTimeout(AssertionError):
@@ -54,10 +56,25 @@ class Run:
     elapsed: float
 
     def verdict_line(self, test_name: str) -> str:
-        """unittest -v's line for a test, e.g. 'test_x (...) ... FAIL'."""
-        for line in self.output.splitlines():
-            if line.startswith(test_name + " ") and " ... " in line:
+        """unittest -v's line for a test, e.g. 'test_x (...) ... FAIL'.
+
+        Where other output came between the test's name and its verdict (a
+        thread's traceback printed while the test ran), the verdict is the
+        first later line that is one alone, and is joined back to the name.
+        """
+        lines = self.output.splitlines()
+        for at, line in enumerate(lines):
+            if not (line.startswith(test_name + " ") and " ... " in line):
+                continue
+            head, _, rest = line.partition(" ... ")
+            if _VERDICT_WORDS.fullmatch(rest.strip()):
                 return line
+            for later in lines[at + 1:]:
+                if _VERDICT_WORDS.fullmatch(later.strip()):
+                    return f"{head} ... {later.strip()}"
+                if later.startswith("test") and " ... " in later:
+                    break  # the next test's line: this one's verdict was not found
+            return line
         raise AssertionError(f"no verdict line for {test_name} in:\n{self.output}")
 
     def report(self, test_name: str) -> str:

@@ -94,7 +94,10 @@ def _built(face: str, module_name: str, case: Case) -> tuple[torch.nn.Module, An
     torch.manual_seed(0)
     model = case.build(module)
     torch.manual_seed(1)
-    inputs = case.inputs()
+    # Drawn on the CPU, then put where the fixture put itself (NestedLinear
+    # goes to the accelerator, where there is one).
+    device = next(model.parameters()).device
+    inputs = tuple(x.to(device) for x in case.inputs())
     torch.manual_seed(2)  # dropout draws, where a fixture trains
     return model, model(*inputs)
 

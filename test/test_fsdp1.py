@@ -116,7 +116,8 @@ def test_models_match_upstreams(name):
     assert [n for n, _ in ours_model.named_buffers()] == \
         [n for n, _ in theirs_model.named_buffers()]
     assert ours_model.training == theirs_model.training
-    device = torch.device("cpu")
+    # DEVICE_BEFORE put both on the accelerator where there is one.
+    device = next(theirs_model.parameters()).device
     inputs = ours_model.get_input(device)
     for mine, upstream_input in zip(inputs, theirs_model.get_input(device)):
         assert torch.equal(mine, upstream_input)
