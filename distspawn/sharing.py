@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from .fixtures.device_probe import cuda_available
+
 SHM_DIR = "/dev/shm"
 HAS_SHM_FILES = os.path.isdir(SHM_DIR)
 # How long file_system-strategy files may take to disappear after their last user.
@@ -57,7 +59,7 @@ class leak_checker:  # noqa: N801 - upstream's name
         return self
 
     def __exit__(self, exc_type: Any, *args: Any) -> bool:
-        if torch.cuda.is_available():
+        if cuda_available():
             torch.cuda.ipc_collect()
         if exc_type is None:
             leaked = self.has_shm_files()

@@ -48,3 +48,47 @@ def test_import_has_no_global_side_effects():
     assert result["after"] == result["before"]
     assert result["private"] == []
     assert result["harness"] == []
+
+
+# As if NVML had answered "two GPUs" on a CUDA build; every call that asks the
+# CUDA runtime, and so poisons fork, is counted.
+POISON_WATCH = r"""
+import json
+import torch
+import torch.cuda
+
+asked = []
+real_count = torch._C._cuda_getDeviceCount
+
+def counted():
+    asked.append("torch._C._cuda_getDeviceCount")
+    return real_count()
+
+torch._C._cuda_getDeviceCount = counted
+torch.cuda._device_count_nvml = lambda: 2
+
+# What the rank server imports before it forks ranks (engine/preload.py).
+import torch.distributed.tensor, torch.testing, torch._dynamo
+import distspawn, distspawn.compat, distspawn.dtensor, distspawn.fsdp
+from distspawn.fixtures import device_probe, environment
+probes = [device_probe.accelerator_type(), device_probe.accelerator_device_count(),
+          device_probe.cuda_available(), environment.TEST_CUDA]
+print(json.dumps({"asked": asked, "probes": probes}))
+"""
+
+
+def test_importing_and_probing_leave_fork_safe_for_cuda():
+    # torch.cuda.is_available() asks the CUDA runtime, and torch then refuses
+    # CUDA in every process forked afterwards: the rank server imports
+    # distspawn before forking each rank, and on a GPU machine every rank
+    # failed at its first CUDA call. device_count() asks NVML first.
+    import pytest
+    import torch
+
+    if not hasattr(torch._C, "_cuda_getDeviceCount"):
+        pytest.skip("a CPU build of torch: nothing asks a CUDA runtime")
+    out = subprocess.run([sys.executable, "-c", POISON_WATCH], capture_output=True, text=True,
+                         check=True).stdout
+    result = json.loads(out.splitlines()[-1])
+    assert result["asked"] == []
+    assert result["probes"] == ["cuda", 2, True, True]

@@ -237,7 +237,7 @@ def _settle_the_cuda_device_guard() -> None:
     upstream's harness when nothing compiled.
     """
     ensure = getattr(torch._C, "_ensureCUDADeviceGuardSet", None)  # private: listed
-    if ensure is not None and torch.backends.cuda.is_built() and not torch.cuda.is_available():
+    if ensure is not None and torch.backends.cuda.is_built() and torch.cuda.device_count() == 0:
         torch.ones(1, requires_grad=True).sum().backward()
         ensure()
 

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..fixtures.barrier import Barrier
-from ..fixtures.device_probe import device_of_backend
+from ..fixtures.device_probe import cuda_available, device_of_backend
 from ..fixtures.environment import FILE_SCHEMA, IS_SANDCASTLE
 from .multiprocess import MultiProcessTestCase
 from ..fixtures.skips import (
@@ -318,7 +318,7 @@ class TestDistBackend(MultiProcessTestCase):
     def _run(cls, rank: int, test_name: str, file_name: str, pipe, **kwargs) -> None:
         backend = os.environ["BACKEND"]
         family = device_of_backend(backend)
-        if backend == "nccl" and not torch.cuda.is_available():
+        if backend == "nccl" and not cuda_available():
             skip_rank(TEST_SKIPS["no_cuda"])
         self = cls(test_name)
         self.rank = rank

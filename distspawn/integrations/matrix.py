@@ -63,11 +63,12 @@ def backend_unavailable(backend: str) -> str | None:
     if not dist.is_available():
         return "this torch has no torch.distributed"
     from ..cases.dist_backend import BUILTIN_BACKENDS, backend_is_available
+    from ..fixtures.device_probe import cuda_available
 
     # A name that is not built in may be a plugin the test files register.
     if backend in BUILTIN_BACKENDS and not backend_is_available(backend):
         return f"{backend} is not built into this torch ({torch.__version__})"
-    if backend == "nccl" and not torch.cuda.is_available():
+    if backend == "nccl" and not cuda_available():
         return "nccl needs CUDA, and no CUDA device is visible"
     return None
 
