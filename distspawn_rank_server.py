@@ -28,6 +28,12 @@ ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"  # a JSON file: the environment to take
 LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # where the test modules are told
 # Set by pytest for each test: no import could have depended on its value.
 PER_TEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
+# Set in the server alone, where the test process has not set them. With it,
+# torch.cuda.is_available() asks NVML, not the CUDA runtime: after asking the
+# runtime (upstream's common_utils does, at import), torch refuses CUDA in
+# every process forked later, and every rank is forked from the server. Ranks
+# need not share it: it changes how availability is asked, not the answer.
+SERVER_ONLY_VARIABLES = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
 class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
@@ -92,7 +98,15 @@ def stale_reads(record: dict[str, list[str | None]], environ: dict[str, str]) ->
     they left: imported again with that value, they would use it as is.
     """
     return sorted(key for key, (first, last) in record.items()
-                  if key not in PER_TEST_VARIABLES and environ.get(key) not in {first, last})
+                  if key not in PER_TEST_VARIABLES and key not in SERVER_ONLY_VARIABLES
+                  and environ.get(key) not in {first, last})
+
+
+def add_server_only_variables() -> None:
+    """Put :data:`SERVER_ONLY_VARIABLES` in this (the server's) environment, unless set."""
+    for key, value in SERVER_ONLY_VARIABLES.items():
+        if os.environ.get(key) is None:
+            os.environ[key] = value
 
 
 def _take_test_process_environ() -> None:
@@ -124,6 +138,7 @@ def _look_like_a_rank_process() -> None:
 
 _server_settings: dict[str, str] = {}
 _take_test_process_environ()
+add_server_only_variables()
 _look_like_a_rank_process()
 # Stopped by distspawn.engine.preload once everything a rank needs is imported.
 preload_recording = EnvironRecording().start()

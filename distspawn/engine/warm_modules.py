@@ -93,6 +93,7 @@ def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
         # test modules may have set variables as they were imported).
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in environ.items()})
+        distspawn_rank_server.add_server_only_variables()
     for name in request.get("modules", []):
         if not isinstance(name, str) or name in sys.modules:
             continue

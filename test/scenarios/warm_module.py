@@ -7,6 +7,10 @@ import threading
 from distspawn import MultiProcessTestCase
 
 IMPORTED_IN = os.getpid()
+# The rank server sets it for itself alone (its imports must not make torch
+# refuse CUDA in the ranks it forks): read here, it restarts nothing.
+NVML_VAR = "PYTORCH_NVML_BASED_CUDA_CHECK"
+NVML_CHECK_AT_IMPORT = os.environ.get(NVML_VAR)
 SEEN_BY_THIS_PROCESS = []
 STARTS_THREAD = os.environ.get("WARM_START_THREAD") == "1"
 if STARTS_THREAD:
@@ -23,6 +27,9 @@ class WarmModule(MultiProcessTestCase):
     def test_a_ranks_find_the_module_loaded_unless_unsafe(self):
         imported_by_the_rank = IMPORTED_IN == os.getpid()
         assert imported_by_the_rank == STARTS_THREAD, (IMPORTED_IN, os.getpid())
+        user_value = os.environ.get(NVML_VAR)  # a rank has the test process's environment
+        expected = user_value if imported_by_the_rank else (user_value or "1")
+        assert NVML_CHECK_AT_IMPORT == expected, (NVML_CHECK_AT_IMPORT, user_value)
         SEEN_BY_THIS_PROCESS.append(self.rank)
 
     def test_b_ranks_see_no_state_from_an_earlier_test(self):
