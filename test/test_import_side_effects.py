@@ -92,3 +92,26 @@ def test_importing_and_probing_leave_fork_safe_for_cuda():
     result = json.loads(out.splitlines()[-1])
     assert result["asked"] == []
     assert result["probes"] == ["cuda", 2, True, True]
+
+
+def test_the_stand_in_preload_leaves_fork_safe_with_the_servers_setting():
+    # In the stand-in mode `import distspawn` imports upstream's common_utils,
+    # which calls torch.cuda.is_available() at import: with the variable the
+    # rank server sets for itself, that asks NVML, and fork stays safe.
+    import os
+
+    import pytest
+    import torch
+
+    from harness import upstream_module_imports
+
+    if not hasattr(torch._C, "_cuda_getDeviceCount"):
+        pytest.skip("a CPU build of torch: nothing asks a CUDA runtime")
+    if not upstream_module_imports("torch.testing._internal.common_distributed"):
+        pytest.skip("upstream's harness does not import here")
+    from distspawn_rank_server import SERVER_ONLY_VARIABLES
+
+    env = {**os.environ, **SERVER_ONLY_VARIABLES, "DISTSPAWN_STAND_IN": "1"}
+    out = subprocess.run([sys.executable, "-c", POISON_WATCH], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert json.loads(out.splitlines()[-1])["asked"] == []
