@@ -8,8 +8,9 @@ commit, path) is run under pytest three ways, one file at a time:
   distspawn's, as README's migration table says (``switch_imports`` below).
 It prints one table, file by file: tests counted, verdicts the same, better
 (upstream skips, distspawn passes), differing, wall time per harness, and
-how many files and folders each run left in its TMPDIR (each run gets a fresh
-one; pytest's own ``pytest-of-*`` folders are not counted).
+how many files and folders each run left in the temp folder (new entries
+there after the run; pytest's ``pytest-of-*`` folders and inductor's caches
+are not counted; nothing else should run meanwhile).
 A test that fails on every harness (a file newer than the torch installed, a
 missing optional package) is left out of the counts, and listed.
 
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import getpass
 import hashlib
 import importlib
 import json
@@ -147,11 +147,11 @@ class FileRun:
 
     verdicts: dict[str, str]  # "Class.test" -> verdict
     seconds: float
-    left_behind: list[str]  # what the run left in its own TMPDIR
+    left_behind: list[str]  # new entries in the temp folder after the run
 
 
 def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
-    """Run one file on one harness, with a TMPDIR of its own, and read back the verdicts."""
+    """Run one file on one harness; read back its verdicts and what it left in the temp folder."""
     target = root / entry.path
     switched = None
     if harness == "switched":
@@ -165,14 +165,10 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
     try:
         with tempfile.TemporaryDirectory(prefix="distspawn-corpus-") as tmp:
             junit = Path(tmp) / "junit.xml"
-            # Every temp file and store file of the run lands here, so what
-            # outlives it can be counted (pytest keeps its own tmp_path folders
-            # on purpose: those are not counted).
-            env["TMPDIR"] = str(Path(tmp) / "tmp")
-            os.mkdir(env["TMPDIR"])
-            # inductor's cache lives under TMPDIR unless told: keep the usual
-            # one, so that no run pays compiles another run already paid.
-            env.setdefault("TORCHINDUCTOR_CACHE_DIR", _default_inductor_cache())
+            # What the run leaves in the temp folder: new top-level entries there.
+            # (A TMPDIR of its own per run would be cleaner, but inductor keeps
+            # caches under it, and every run would then compile from cold.)
+            before = _temp_entries()
             command = [sys.executable, "-m", "pytest", str(target), "-q",
                        "-p", "no:cacheprovider", f"--junitxml={junit}"]
             if harness == "stand-in":
@@ -183,9 +179,9 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
                                stderr=subprocess.DEVNULL, timeout=timeout, check=False)
             except subprocess.TimeoutExpired:
                 return FileRun({"(whole file)": f"timeout after {timeout:.0f} s"}, timeout,
-                               _left_in(env["TMPDIR"]))
+                               sorted(_temp_entries() - before))
             elapsed = time.monotonic() - started
-            left = _left_in(env["TMPDIR"])
+            left = sorted(_temp_entries() - before)
             if not junit.exists():
                 return FileRun({"(whole file)": "fail: pytest wrote no report"}, elapsed, left)
             # The switched copy's module name shows in names of collection errors.
@@ -197,14 +193,11 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
             switched.unlink(missing_ok=True)
 
 
-def _default_inductor_cache() -> str:
-    # Where torch._inductor puts its cache when TORCHINDUCTOR_CACHE_DIR is unset.
-    user = getpass.getuser().replace("\\", "_")
-    return os.path.join(tempfile.gettempdir(), f"torchinductor_{user}")
-
-
-def _left_in(folder: str) -> list[str]:
-    return sorted(name for name in os.listdir(folder) if not name.startswith("pytest-of-"))
+def _temp_entries() -> set[str]:
+    # Caches meant to outlive a run (inductor's) and pytest's own tmp_path
+    # folders (kept on purpose) are not counted.
+    return {name for name in os.listdir(tempfile.gettempdir())
+            if not name.startswith(("pytest-of-", "torchinductor_"))}
 
 
 def kind(verdict: str | None) -> str:
@@ -262,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     left_totals = {h: 0 for h in harnesses}
     header = ["file", "tests", *[f"{h} s" for h in harnesses]] + [
         f"{h}: same/better/differ" for h in harnesses if h != "upstream"] + [
-        "left in TMPDIR (" + "/".join(harnesses) + ")"]
+        "left in the temp folder (" + "/".join(harnesses) + ")"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
     for entry in entries:
         root = args.corpus / entry.project
@@ -293,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
               + " | " + "/".join(str(len(runs[h].left_behind)) for h in harnesses) + " |",
               flush=True)
     print("\ntotal seconds: " + ", ".join(f"{h} {s:.0f}" for h, s in totals.items()))
-    print("left in TMPDIR after the run (files and folders): "
+    print("left in the temp folder after the run (files and folders): "
           + ", ".join(f"{h} {n}" for h, n in left_totals.items()))
     if "upstream" in totals:
         for harness in harnesses:

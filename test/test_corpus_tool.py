@@ -61,14 +61,19 @@ def test_a_file_that_is_not_the_pinned_version_is_named(tmp_path):
         "proj/test_a.py (sha256 62bdb208de6d..., expected 5b5d3f0f8ff3...)"]
 
 
-def test_each_run_has_a_tmpdir_of_its_own_and_what_it_leaves_is_counted(tmp_path):
+def test_what_a_run_leaves_in_the_temp_folder_is_counted(tmp_path, monkeypatch):
+    import tempfile
+
     from corpus import Entry, run_file
 
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # the run inherits it
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     (tmp_path / "proj").mkdir()
     (tmp_path / "proj" / "test_leaves.py").write_text(
-        "import os, tempfile\n"
+        "import tempfile\n"
         "def test_leaves_a_file():\n"
-        "    assert os.environ['TMPDIR'] != " + repr(str(tmp_path)) + "\n"
         "    tempfile.mkstemp(prefix='left-')\n"
         "def test_uses_tmp_path(tmp_path):\n"
         "    (tmp_path / 'kept-by-pytest').write_text('')\n")
