@@ -18,7 +18,6 @@ from ..engine.exit_codes import skip_message_for
 from ..engine.protocol import RankReport, ReportStatus
 from ..engine.worker import exit_code_of, format_user_exception
 from .testcase import set_rng_seed
-from ..fixtures.device_probe import cuda_available
 
 # How long threads a test started get to finish before they count as leaked.
 THREAD_GRACE_S = 1.0
@@ -38,7 +37,7 @@ def leftovers(threads_before: set[threading.Thread], pg_before, cuda_before: int
         found.append("the class's default process group was destroyed or replaced")
     if pg_before is None and c10d.is_available() and c10d.is_initialized():
         found.append("a default process group was left initialised")
-    if cuda_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_initialized():
         now = torch.cuda.memory_allocated()
         if now > cuda_before:
             found.append(f"{now - cuda_before} bytes of CUDA memory still allocated")
@@ -51,7 +50,7 @@ def run_reused_test(cls: type, rank: int, world_size: int, test_id: str) -> Rank
     pg_before = c10d.group.WORLD \
         if c10d.is_available() and c10d.is_initialized() else None
     cuda_before = torch.cuda.memory_allocated() \
-        if cuda_available() and torch.cuda.is_initialized() else 0
+        if torch.cuda.is_initialized() else 0
     try:
         test = cls(test_name)
         test.rank, test.world_size = rank, world_size
