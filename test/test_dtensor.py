@@ -10,6 +10,8 @@ import importlib.util
 
 import pytest
 
+from distspawn.fixtures.device_probe import accelerator_device_count
+
 from harness import (
     needs_gpus,
     run_python,
@@ -69,6 +71,11 @@ def expected() -> dict:
                       if any(part in test for part in IN_ONE_PROCESS)})
     if not hasattr(DeviceMesh, "_concatenate"):
         found[EXPERTS] = "fail"
+    # With an accelerator, reused ranks each take a device: a world of 4 on
+    # fewer devices skips, as on upstream's harness.
+    if 0 < accelerator_device_count() < 4:
+        found.update({test: "skip: " + needs_gpus(4) for test in EXPECTED
+                      if test.startswith("DTensorOnReusedRanks.")})
     return found
 
 
@@ -110,8 +117,12 @@ def test_failing_rank_inside_with_comms_is_named_first_with_its_traceback():
     rank_lines = [line for line in report.splitlines() if line.startswith("rank ")]
     assert rank_lines[0] == "rank 1: raised an exception", report
     assert 'raise RuntimeError("rank 1 broke inside with_comms")' in report
-    # Its peers lost their connection to it: listed after it, with the time since.
-    assert all("after rank 1" in line for line in rank_lines[1:]), report
+    # Its peers lost their connection to it: listed after it, with the time since,
+    # or, on a loaded machine, one not failed yet when distspawn ended it.
+    for line in rank_lines[1:]:
+        assert ("after rank 1" in line
+                or line.endswith("still running when the failure was known; ended by distspawn")
+                ), report
 
 
 def test_public_names_match_upstreams():
