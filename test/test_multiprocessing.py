@@ -70,8 +70,15 @@ def check_shared_autograd_state(queue, ready, parent_changed, device, is_paramet
     queue.put(ok)
 
 
-def exit_with_parameter(param):
-    pass  # unpickling the parameter is the test; a failure exits non-zero
+def receive_parameter(queue, answers):
+    # Unpickling the parameter is the test. It comes through a queue, not as a
+    # Process argument: an argument stays referenced in the child until it
+    # exits without running destructors, so a CUDA one would never hand back
+    # its IPC reference, and the parent's ref-counter file in /dev/shm would
+    # outlive the test (and fail the next leak check in this process).
+    param = queue.get()
+    answers.put((type(param).__name__, param.dtype, param.requires_grad))
+    del param
 
 
 def backward_once(scale=1):
@@ -310,10 +317,15 @@ class TestMultiprocessing(TestCase):
     def _test_integer_parameter_serialization(self, device):
         param = Parameter(torch.tensor(0, dtype=torch.int64, device=device),
                           requires_grad=False)
-        child = mp.get_context("spawn").Process(target=exit_with_parameter, args=(param,))
+        ctx = mp.get_context("spawn")
+        queue, answers = ctx.Queue(), ctx.Queue()
+        child = ctx.Process(target=receive_parameter, args=(queue, answers), daemon=True)
         child.start()
+        queue.put(param)
+        self.assertEqual(answers.get(timeout=WAIT_S), ("Parameter", torch.int64, False),
+                         f"an integer Parameter on {device} did not arrive as one")
         self._join(child)
-        self.assertEqual(child.exitcode, 0, f"an integer Parameter on {device} did not arrive")
+        self.assertEqual(child.exitcode, 0)
 
     # -- empty and shared tensors ---------------------------------------------------------
 
