@@ -8,7 +8,13 @@ import re
 
 import pytest
 
-from harness import needs_gpus, run_python, run_python_on_upstream, upstream_lacks
+from harness import (
+    needs_gpus,
+    run_python,
+    run_python_on_upstream,
+    skip_unless_upstream_runs,
+    upstream_lacks,
+)
 
 pytest.importorskip("torch.testing._internal.common_utils",
                     reason="upstream's harness does not import here (expecttest missing?)")
@@ -134,3 +140,38 @@ def test_switched_imports_beside_upstreams_device_type_bases_run_on_distspawn():
                      timeout=120)
     assert run.returncode == 0 and "1 passed" in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+DEVICE_FILE = "continuous_device_type.py"
+
+
+def device_type_verdicts(run) -> dict[str, str]:
+    found = dict(re.findall(r"::(\w+::\w+) (PASSED|FAILED|SKIPPED)", run.output))
+    assert len(found) == 2, run.output
+    return found
+
+
+def test_reused_ranks_take_upstreams_device_type_in_the_stand_in_mode():
+    # Upstream's MultiProcContinuousTest.device_type() names the build's
+    # accelerator, device or not; distspawn's names one ranks can use.
+    import torch
+
+    from distspawn.fixtures.device_probe import accelerator_type, build_accelerator_type
+
+    if accelerator_type() is not None:
+        pytest.skip("a machine with an accelerator: both rules name it")
+    skip_unless_upstream_runs(DEVICE_FILE)
+    command = ["-m", "pytest", "-v", "-p", "no:cacheprovider", DEVICE_FILE]
+    upstream = device_type_verdicts(run_python_on_upstream(command, timeout=300))
+    stand_in = device_type_verdicts(run_python([*command, "--distspawn-stand-in"],
+                                               timeout=300))
+    switched = device_type_verdicts(run_python(command, env={"SWITCHED": "1"}, timeout=300))
+    assert stand_in == upstream
+    assert switched == {"OneRankPerDevice::test_all_reduce": "PASSED",
+                        "TwoRanks::test_tensor_on_the_device_type": "PASSED"}
+    if build_accelerator_type() is None:  # a CPU build: the rules agree
+        assert upstream == switched
+    else:  # e.g. a CUDA build without a GPU, most CI runners
+        assert upstream == {"OneRankPerDevice::test_all_reduce": "SKIPPED",
+                            "TwoRanks::test_tensor_on_the_device_type": "FAILED"}, \
+            torch.__version__

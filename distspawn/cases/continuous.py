@@ -34,7 +34,7 @@ import torch.multiprocessing as mp
 
 from ..engine import launch, stall
 from ..engine.reused_worker import Task, worker_loop
-from ..fixtures.device_probe import accelerator_type, backend_for_device
+from ..fixtures.device_probe import accelerator_type, backend_for_device, build_accelerator_type
 from .dist_backend import backend_is_available
 from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from ..engine.capacity import check_rank_capacity, validate_world_size
@@ -116,6 +116,10 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     fresh_process_group_per_test: bool = False
     lenient_skips: bool = False
     stall_window: float | None = None  # as MultiProcessTestCase's
+    # The stand-in mode sets it: device_type() then follows upstream's rule
+    # (the build's accelerator, device or not), so files run unchanged keep
+    # upstream's verdicts on a CUDA build without a GPU.
+    upstream_verdicts: bool = False
     _in_rank_mode: bool = False  # run_rank(): this process is one rank
 
     # -- upstream's customisation points ----------------------------------------
@@ -127,6 +131,9 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
 
     @classmethod
     def device_type(cls) -> str:
+        """The accelerator type ranks can use here, else "cpu"."""
+        if cls.upstream_verdicts:
+            return build_accelerator_type() or "cpu"
         return accelerator_type() or "cpu"
 
     @classmethod

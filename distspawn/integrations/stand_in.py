@@ -8,7 +8,8 @@ module is imported, upstream's ``common_distributed`` and ``multi_threaded_pg``
 modules are imported and every name distspawn also defines is replaced, in the
 module itself, by distspawn's: the test cases, skip decorators, ``TEST_SKIPS``
 and the threaded world (whose rank threads then share one random generator,
-as upstream's do, unless ``DISTSPAWN_SHARED_THREAD_RNG=0`` says otherwise). Modules imported afterwards that build on them
+as upstream's do, unless ``DISTSPAWN_SHARED_THREAD_RNG=0`` says otherwise);
+reused ranks take upstream's device type (the build's accelerator). Modules imported afterwards that build on them
 (``common_dtensor``, ``common_fsdp``, ``distributed_test``, a project's own
 bases) then derive from distspawn's classes as they are, and functions left in
 upstream's module see distspawn's names too, since they read the module's
@@ -109,7 +110,7 @@ def install() -> str | None:
         _replace_names(sys.modules[upstream_name], importlib.import_module(ours_name))
     _derive_from_upstreams_testcase()
     _share_one_generator_between_rank_threads()
-    _give_upstreams_threaded_verdicts()
+    _give_upstreams_verdicts()
     _installed = True
     return None
 
@@ -123,12 +124,16 @@ def _share_one_generator_between_rank_threads() -> None:
     os.environ.setdefault(SHARED_RNG_VAR, "1")
 
 
-def _give_upstreams_threaded_verdicts() -> None:
+def _give_upstreams_verdicts() -> None:
     # A threaded test whose threads never started passes (with a warning), and
     # a failing one raises a plain RuntimeError, as upstream's harness does.
+    # Reused ranks take upstream's device type: on a CUDA build without a GPU,
+    # "cuda" (a class without a world size then skips, as upstream's does).
+    from ..cases.continuous import MultiProcContinuousTest
     from ..cases.threaded import MultiThreadedTestCase
 
     MultiThreadedTestCase.upstream_verdicts = True
+    MultiProcContinuousTest.upstream_verdicts = True
 
 
 def _derive_from_upstreams_testcase() -> None:
