@@ -131,7 +131,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
 
     @classmethod
     def device_type(cls) -> str:
-        """The accelerator type ranks can use here, else "cpu"."""
+        """An accelerator type the ranks can use here, else "cpu" (with
+        ``upstream_verdicts``: the build's accelerator, device or not)."""
         if cls.upstream_verdicts:
             return build_accelerator_type() or "cpu"
         return accelerator_type() or "cpu"

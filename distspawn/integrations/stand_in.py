@@ -9,11 +9,11 @@ modules are imported and every name distspawn also defines is replaced, in the
 module itself, by distspawn's: the test cases, skip decorators, ``TEST_SKIPS``
 and the threaded world (whose rank threads then share one random generator,
 as upstream's do, unless ``DISTSPAWN_SHARED_THREAD_RNG=0`` says otherwise);
-reused ranks take upstream's device type (the build's accelerator). Modules imported afterwards that build on them
-(``common_dtensor``, ``common_fsdp``, ``distributed_test``, a project's own
-bases) then derive from distspawn's classes as they are, and functions left in
-upstream's module see distspawn's names too, since they read the module's
-globals.
+reused ranks take upstream's device type (the build's accelerator). Modules
+imported afterwards that build on them (``common_dtensor``, ``common_fsdp``,
+``distributed_test``, a project's own bases) then derive from distspawn's
+classes as they are, and functions left in upstream's module see distspawn's
+names too, since they read the module's globals.
 
 It cannot take over once a module that took upstream's classes by name has
 been imported (a conftest that imported ``common_dtensor``, say): those classes
