@@ -293,12 +293,15 @@ def _hand_over_early_server() -> None:
 
 
 def _drop_early_server() -> None:
-    # No distspawn test after all: the server stops waiting and, with this
-    # process, ends.
+    # No distspawn test after all: the server ends now, not after importing
+    # torch for nobody.
     global _early_server
     if _early_server is not None:
+        import distspawn_rank_server
+
         listening, environ_path = _early_server
         _early_server = None
+        distspawn_rank_server.stop_server()
         listening.close()
         try:  # the server removes it once it has read it
             os.remove(environ_path)

@@ -183,3 +183,29 @@ def start_server(preload: list[str]) -> tuple[socket.socket, str]:
         os.environ.pop(ENVIRON_VAR, None)
         os.environ.pop(LIST_SOCKET_VAR, None)
     return listening, environ_path
+
+
+def stop_server() -> bool:
+    """End this process's forkserver now, even in the middle of its imports.
+
+    For a server no rank was forked from: once its imports are done it would
+    end by itself, finding this process gone, but until then it spends a CPU
+    and outlives the test process by seconds. Returns False where this
+    Python's multiprocessing does not keep the server where this looks for it
+    (then it is left to end by itself).
+    """
+    import multiprocessing.forkserver
+    import signal
+
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    stop = getattr(server, "_stop", None)
+    if pid is None or stop is None:
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass  # gone already: _stop reaps it all the same
+    stop()  # closes this side of its pipes and waits for it
+    return True
+

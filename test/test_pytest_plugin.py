@@ -143,10 +143,10 @@ def test_a_threads_only_file_starts_no_rank_server_and_a_mixed_run_does():
     # competes for the CPUs. The threaded test checks for the server.
     alone = pytest_run("threads_only_file.py", "-q", "-p", "no:cacheprovider")
     assert alone.returncode == 0 and "1 passed" in alone.output, alone.output
-    # two_ranks.py: a file with a multi-process class (a base, so no tests)
-    mixed = pytest_run("threads_only_file.py", "two_ranks.py", "-q", "-p",
-                       "no:cacheprovider", env={"MIXED_IN_PROCESSES": "1"})
-    assert mixed.returncode == 0 and "1 passed" in mixed.output, mixed.output
+    # Beside a file with a multi-process test that runs (and some that skip).
+    mixed = pytest_run("threads_only_file.py", "skipped_rank_classes.py", "-q", "-p",
+                       "no:cacheprovider", env={"MIXED_IN_PROCESSES": "1", "RUNNABLE_TOO": "1"})
+    assert mixed.returncode == 0 and "4 passed, 5 skipped" in mixed.output, mixed.output
     for run in (alone, mixed):
         assert run.leftover_pids == [] and run.leftover_files == []
 
@@ -157,7 +157,7 @@ def test_a_file_whose_rank_tests_all_skip_by_decorator_is_not_preloaded(runnable
     # test runs; the file's test asks the rank server's list (see there).
     run = pytest_run("skipped_rank_classes.py", "-q", "-p", "no:cacheprovider",
                      env={"RUNNABLE_TOO": runnable_too})
-    passed = 2 if runnable_too == "1" else 1
+    passed = 3 if runnable_too == "1" else 2
     assert run.returncode == 0 and f"{passed} passed, 5 skipped" in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
 

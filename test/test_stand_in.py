@@ -175,3 +175,13 @@ def test_reused_ranks_take_upstreams_device_type_in_the_stand_in_mode():
         assert upstream == {"OneRankPerDevice::test_all_reduce": "SKIPPED",
                             "TwoRanks::test_tensor_on_the_device_type": "FAILED"}, \
             torch.__version__
+
+
+def test_a_run_whose_rank_tests_all_skip_ends_the_server_started_on_a_guess():
+    # pytest starts the rank server as it reaches a file naming a rank class,
+    # before it knows whether a test will run: the file's test checks that the
+    # server is gone once collection showed none starts ranks.
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--distspawn-stand-in",
+                      "upstream_all_skipped.py"], timeout=120)
+    assert run.returncode == 0 and "1 passed, 1 skipped" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

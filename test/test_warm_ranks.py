@@ -111,3 +111,19 @@ def test_each_test_runs_on_processes_that_ran_no_other_test(tmp_path):
     assert run.returncode == 0 and "Ran 8 tests" in run.output, run.output
     assert len(list(tmp_path.iterdir())) == 8 * 3
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_a_server_still_importing_when_the_test_process_exits_ends_with_it():
+    # Ranks wait for the server's report, so one that has not reported has
+    # forked none: at exit it is ended, not left importing torch for seconds.
+    # The check is registered before distspawn's own, so it runs after it.
+    script = ("import atexit, os\n"
+              "from child_processes import forkservers_of\n"
+              "atexit.register(lambda: print('servers at exit:', len(forkservers_of(os.getpid()))))\n"
+              "from distspawn.engine import rank_server\n"
+              "rank_server.start_rank_server([])\n"
+              "print('servers started:', len(forkservers_of(os.getpid())))\n")
+    run = run_python(["-c", script], timeout=120)
+    assert run.returncode == 0, run.output
+    assert "servers started: 1" in run.output and "servers at exit: 0" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

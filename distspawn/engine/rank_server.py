@@ -147,6 +147,32 @@ def rank_server_started() -> bool:
     return _server is not None
 
 
+def stop_rank_server() -> None:
+    """End the server now, unless ranks were forked from it; a later rank starts another.
+
+    For a server started early, on a guess, when no collected test turns out
+    to start ranks: it would otherwise import torch for nobody.
+    """
+    global _server
+    if _server is None or _live_forked_ranks():
+        return
+    if distspawn_rank_server.stop_server():
+        if _server.listening is not None:  # the module list was never sent
+            _server.listening.close()
+        _server.remove_environ_file()
+        _server = None
+
+
+def _stop_server_still_importing() -> None:
+    # At exit: a server that has not reported yet has forked no rank (ranks
+    # wait for its report), and would go on importing after this process.
+    if _server is not None and not _server.answered.is_set():
+        distspawn_rank_server.stop_server()
+
+
+atexit.register(_stop_server_still_importing)
+
+
 def _send_module_list(server: _Server) -> None:
     listening, server.listening = server.listening, None
     if listening is None:

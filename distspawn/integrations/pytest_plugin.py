@@ -285,8 +285,12 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
         cls = getattr(item, "cls", None)
         if _forkserver_class(cls) and cls.__module__ not in modules and _item_may_run(item):
             modules.append(cls.__module__)
-    if modules or rank_server.rank_server_started():
+    if modules:
         _start_quietly(modules)  # also tells an early-started server the list
+    else:
+        # Started early on a guess (a file naming a rank class), yet no
+        # collected test starts ranks: a run that starts none pays for none.
+        rank_server.stop_rank_server()
 
 
 def _start_quietly(modules: list[str], more_to_come: bool = False) -> None:

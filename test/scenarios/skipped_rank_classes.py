@@ -1,7 +1,9 @@
 """Multi-process classes whose every test is skipped before it runs (unittest's
 and pytest's skip decorators): the rank server preloads nothing of this file,
-so a run of it pays no module import in the background. With
-``RUNNABLE_TOO=1`` one class has a test that runs, and the file is preloaded.
+so a run of it pays no module import in the background, and the server the
+file's text made pytest start early is ended once collection shows no test
+starts ranks. With ``RUNNABLE_TOO=1`` one class has a test that runs, and
+the file is preloaded.
 """
 
 import os
@@ -10,6 +12,7 @@ import unittest
 
 import pytest
 
+from child_processes import forkservers_of
 from distspawn import MultiProcessTestCase, TestCase
 
 RUNNABLE_TOO = os.environ.get("RUNNABLE_TOO") == "1"
@@ -58,3 +61,6 @@ class PreloadCheck(TestCase):
         from distspawn.engine import rank_server
 
         self.assertEqual(__name__ in rank_server._wanted, RUNNABLE_TOO)
+
+    def test_the_rank_server_runs_only_if_a_test_can_start_ranks(self):
+        self.assertEqual(len(forkservers_of(os.getpid())), int(RUNNABLE_TOO))

@@ -1,7 +1,8 @@
 """Rank threads only: a pytest run of this file alone starts no rank server.
 
-Run beside a file with a multi-process class (``MIXED_IN_PROCESSES=1``), the
-server (a child of the test process) is expected. The test checks which.
+Run beside a file with a multi-process test that can run
+(``MIXED_IN_PROCESSES=1``), the server (a child of the test process) is
+expected. The test checks which.
 """
 
 import os
@@ -10,36 +11,10 @@ import unittest
 import torch
 import torch.distributed as dist
 
+from child_processes import forkservers_of
 from distspawn import MultiThreadedTestCase
 
 MIXED = os.environ.get("MIXED_IN_PROCESSES") == "1"
-
-
-def children_of(pid):
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue  # ended meanwhile
-            if int(fields[1]) == pid:
-                found.append(int(entry))
-    return found
-
-
-def forkservers_of(pid):
-    found = []
-    for child in children_of(pid):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                command = f.read()
-        except OSError:
-            continue
-        if b"multiprocessing.forkserver" in command:
-            found.append(child)
-    return found
 
 
 class Threads(MultiThreadedTestCase):
