@@ -1,0 +1,121 @@
+"""What a pytest run that starts no rank costs with distspawn: plugin off, plugin, stand-in.
+
+Runs one test file under pytest three ways, in turn for several rounds: with
+distspawn's plugin off (``-p no:distspawn``, upstream's harness alone), with it
+on, and in the stand-in mode (``--distspawn-stand-in``). For each run it gives
+the wall time of pytest, how long any process the run started (the rank
+server, multiprocessing's resource tracker) outlived pytest (a caller reading
+pytest's output through a pipe waits for both), and the busy CPU
+seconds of the whole machine from start until the last of them ended (from
+/proc/stat: run it on an otherwise quiet machine). Linux only.
+
+The default file is written for upstream's harness: one rank test that skips
+by decorator beside one plain test, as many real files are on a machine
+without the hardware their rank tests ask for. ``--file`` runs another.
+
+    python benchmarks/no_rank_runs.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+MODES = {"plugin off": ["-p", "no:distspawn"], "plugin": [],
+         "stand-in": ["--distspawn-stand-in"]}
+MARKER_VAR = "DISTSPAWN_BENCH_RUN_MARKER"
+DEFAULT_FILE = '''
+import unittest
+
+import torch
+from torch.testing._internal.common_distributed import MultiProcessTestCase
+
+
+class NeedsEightAccelerators(MultiProcessTestCase):
+    @unittest.skip("needs 8 accelerators")
+    def test_all_reduce(self):
+        pass
+
+
+def test_plain():
+    assert torch.ones(1).item() == 1.0
+'''
+
+
+def busy_cpu_s() -> float:
+    """Busy CPU seconds of the whole machine since boot (user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    ticks = sum(int(fields[i]) for i in (0, 1, 2, 5, 6))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def marked_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"{MARKER_VAR}={marker}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue  # ended meanwhile, or not ours to read
+    return found
+
+
+def one_run(test_file: Path, mode: str) -> dict[str, float]:
+    marker = uuid.uuid4().hex
+    env = {**os.environ, MARKER_VAR: marker}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+               str(test_file), *MODES[mode]]
+    # Output to a file, not a pipe: a process that outlives pytest holding
+    # the pipe would make pytest's own time look longer (what a caller reading
+    # the pipe, a CI runner, does wait for is wall + outlived).
+    with tempfile.TemporaryFile("w+") as output:
+        cpu_before, started = busy_cpu_s(), time.monotonic()
+        returncode = subprocess.run(command, env=env, cwd=test_file.parent, stdout=output,
+                                    stderr=subprocess.STDOUT).returncode
+        ended = time.monotonic()
+        while marked_processes(marker):
+            time.sleep(0.02)
+        if returncode not in (0, 5):  # 5: every test deselected or skipped at module level
+            output.seek(0)
+            raise SystemExit(f"pytest {mode} failed:\n{output.read()}")
+    return {"wall": ended - started, "outlived": time.monotonic() - ended,
+            "cpu": busy_cpu_s() - cpu_before}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--file", type=Path, help="the test file (default: see above)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each mode (default 3)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds={args.rounds}: give a whole number >= 1")
+    with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
+        test_file = args.file.resolve() if args.file else Path(tmp) / "test_no_rank_run.py"
+        if not args.file:
+            test_file.write_text(DEFAULT_FILE)
+        results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+        for _ in range(args.rounds):
+            for mode in MODES:
+                results[mode].append(one_run(test_file, mode))
+    print(f"{test_file.name}, {args.rounds} rounds; medians (min-max)")
+    print(f"{'mode':<12}{'wall s':>18}{'outlived s':>18}{'busy CPU s':>18}")
+    for mode, runs in results.items():
+        cells = []
+        for key in ("wall", "outlived", "cpu"):
+            values = [run[key] for run in runs]
+            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
+        print(f"{mode:<12}" + "".join(f"{cell:>18}" for cell in cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
