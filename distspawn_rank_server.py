@@ -19,11 +19,14 @@ server saw variables no rank has.)
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
+import sys
 from typing import Any
 
+SERVER_VAR = "DISTSPAWN_RANK_SERVER"  # "1" in the server's start alone: this is it
 ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"  # a JSON file: the environment to take
 LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # where the test modules are told
 # Set by pytest for each test: no import could have depended on its value.
@@ -84,6 +87,8 @@ class EnvironRecording:
     def stop(self) -> dict[str, list[str | None]]:
         """Stop recording; each variable read: [its value when first read, its value
         now] (None where unset). They differ where the imports set it themselves."""
+        if self._recording is None:  # never started
+            return {}
         if os.environ is self._recording:
             os.environ = self._original
         return {key: [value, os.environ.get(key)]
@@ -136,12 +141,42 @@ def _look_like_a_rank_process() -> None:
     multiprocessing.current_process().name = "distspawn rank server"
 
 
+def _end_at_once(server_pid: int) -> None:
+    # The server's last at-exit step: a normal exit would then tear down
+    # torch, dynamo and the test modules, about 0.8 s of CPU after the test
+    # process has gone (and what reads its output waits for that). First the
+    # clean-ups of what the server made itself (a temporary folder), as a
+    # normal exit runs them; its ranks were forked and end through os._exit.
+    if os.getpid() != server_pid:
+        return
+    try:
+        from distspawn.engine import forked_exit
+
+        forked_exit.run_exit_finalizers()
+    except Exception:  # noqa: BLE001 - the package did not load: a normal exit, then
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream has nothing to flush
+            pass
+    os._exit(0)
+
+
 _server_settings: dict[str, str] = {}
-_take_test_process_environ()
-add_server_only_variables()
-_look_like_a_rank_process()
 # Stopped by distspawn.engine.preload once everything a rank needs is imported.
-preload_recording = EnvironRecording().start()
+preload_recording = EnvironRecording()
+# Only in the server: the test process (the pytest plugin starts the server
+# from there) imports this module too, and must keep its own name and
+# environment.
+if os.environ.pop(SERVER_VAR, None) == "1":
+    _take_test_process_environ()
+    add_server_only_variables()
+    _look_like_a_rank_process()
+    # Registered before torch is imported: the at-exit steps of everything
+    # imported later run before it.
+    atexit.register(_end_at_once, os.getpid())
+    preload_recording.start()
 
 
 def list_socket_name() -> str | None:
@@ -172,7 +207,7 @@ def start_server(preload: list[str]) -> tuple[socket.socket, str]:
         json.dump(dict(os.environ), out)
     # Read by the server alone, which then takes the environment from the
     # file: nothing the tests start inherits them.
-    os.environ.update({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
+    os.environ.update({SERVER_VAR: "1", ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
     try:
         multiprocessing.forkserver.ensure_running()
     except BaseException:
@@ -180,8 +215,8 @@ def start_server(preload: list[str]) -> tuple[socket.socket, str]:
         os.remove(environ_path)
         raise
     finally:
-        os.environ.pop(ENVIRON_VAR, None)
-        os.environ.pop(LIST_SOCKET_VAR, None)
+        for key in (SERVER_VAR, ENVIRON_VAR, LIST_SOCKET_VAR):
+            os.environ.pop(key, None)
     return listening, environ_path
 
 

@@ -1,11 +1,23 @@
 """Ranks start warm (dynamo and the test module preloaded) and still safely."""
 
 import os
+import subprocess
+import sys
+import time
+import uuid
 
 import pytest
 import torch
 
-from harness import run_python, run_python_on_upstream, upstream_module_imports
+from harness import (
+    MARKER_VAR,
+    SCENARIOS,
+    load_factor,
+    processes_with_marker,
+    run_python,
+    run_python_on_upstream,
+    upstream_module_imports,
+)
 
 
 def test_ddp_tests_that_destroy_their_group_first_never_hang():
@@ -119,7 +131,8 @@ def test_a_server_still_importing_when_the_test_process_exits_ends_with_it():
     # The check is registered before distspawn's own, so it runs after it.
     script = ("import atexit, os\n"
               "from child_processes import forkservers_of\n"
-              "atexit.register(lambda: print('servers at exit:', len(forkservers_of(os.getpid()))))\n"
+              "atexit.register(lambda: print('servers at exit:',\n"
+              "                              len(forkservers_of(os.getpid()))))\n"
               "from distspawn.engine import rank_server\n"
               "rank_server.start_rank_server([])\n"
               "print('servers started:', len(forkservers_of(os.getpid())))\n")
@@ -127,3 +140,24 @@ def test_a_server_still_importing_when_the_test_process_exits_ends_with_it():
     assert run.returncode == 0, run.output
     assert "servers started: 1" in run.output and "servers at exit: 0" in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_the_rank_server_ends_with_the_test_process(tmp_path):
+    # A normal exit would then tear down torch, dynamo and the test modules in
+    # the server: about 0.8 s of CPU after the test process has gone, which
+    # whatever reads the test process's output waits for too. The output goes
+    # to a file here, so that the test process's own end can be timed.
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "TMPDIR": str(tmp_path), MARKER_VAR: marker,
+           "FRESH_DIR": str(tmp_path)}
+    with open(tmp_path / "output", "w+") as output:
+        done = subprocess.run([sys.executable, "fresh_ranks.py", "FreshRanks.test_0"],
+                              cwd=SCENARIOS, env=env, stdout=output, stderr=subprocess.STDOUT)
+        ended = time.monotonic()
+        left = processes_with_marker(marker, settle_s=10.0)
+        outlived = time.monotonic() - ended
+        output.seek(0)
+        text = output.read()
+    assert done.returncode == 0 and "Ran 1 test" in text, text
+    assert left == []
+    assert outlived < 0.3 * load_factor(), f"the server outlived the test by {outlived:.2f} s"

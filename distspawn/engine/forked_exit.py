@@ -38,10 +38,17 @@ def run_own() -> None:
     """The rank is about to leave through ``os._exit``: run the at-exit
     callbacks it made, as a normal exit would (newest first, like Python).
     Does nothing in a rank that did not :func:`note_inherited` (not forked)."""
+    if _inherited is not None:
+        run_exit_finalizers(_inherited)
+
+
+def run_exit_finalizers(skip: set[Any] = frozenset()) -> None:
+    """Run the at-exit callbacks alive now, but those in ``skip``, newest first,
+    as a normal exit would; for a process about to leave through ``os._exit``."""
     registry = _registry()
-    if registry is None or _inherited is None:
+    if registry is None:
         return
-    own = [f for f in list(registry) if f not in _inherited and f.atexit]
+    own = [f for f in list(registry) if f not in skip and f.atexit]
     for finalizer in reversed(own):
         try:
             finalizer()
