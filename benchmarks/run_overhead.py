@@ -1,19 +1,22 @@
-"""What a pytest run that starts no rank costs with distspawn: plugin off, plugin, stand-in.
+"""What distspawn adds around a pytest run's tests: plugin off, plugin, stand-in.
 
 Runs one test file under pytest three ways, in turn for several rounds: with
-distspawn's plugin off (``-p no:distspawn``, upstream's harness alone), with it
-on, and in the stand-in mode (``--distspawn-stand-in``). For each run it gives
-the wall time of pytest, how long any process the run started (the rank
-server, multiprocessing's resource tracker) outlived pytest (a caller reading
-pytest's output through a pipe waits for both), and the busy CPU
-seconds of the whole machine from start until the last of them ended (from
-/proc/stat: run it on an otherwise quiet machine). Linux only.
+distspawn's plugin off (``-p no:distspawn``), with it on, and in the stand-in
+mode (``--distspawn-stand-in``). For each run it gives the wall time of
+pytest, how long any process the run started (the rank server,
+multiprocessing's resource tracker) outlived pytest (a caller reading
+pytest's output through a pipe waits for both), and the busy CPU seconds of
+the whole machine from start until the last of them ended (from /proc/stat:
+run it on an otherwise quiet machine). Linux only.
 
-The default file is written for upstream's harness: one rank test that skips
-by decorator beside one plain test, as many real files are on a machine
-without the hardware their rank tests ask for. ``--file`` runs another.
+The default file starts no rank: it is written for upstream's harness, with
+one rank test that skips by decorator beside one plain test, as many real
+files are on a machine without the hardware their rank tests ask for.
+``--file`` runs another (with the plugin off, a distspawn file still runs its
+ranks on distspawn's engine).
 
-    python benchmarks/no_rank_runs.py --rounds 3
+    python benchmarks/run_overhead.py --rounds 5
+    python benchmarks/run_overhead.py --rounds 5 --file examples/test_allreduce.py
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds={args.rounds}: give a whole number >= 1")
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
-        test_file = args.file.resolve() if args.file else Path(tmp) / "test_no_rank_run.py"
+        test_file = args.file.resolve() if args.file else Path(tmp) / "test_no_rank.py"
         if not args.file:
             test_file.write_text(DEFAULT_FILE)
         results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
