@@ -205,19 +205,32 @@ def start_server(preload: list[str]) -> tuple[socket.socket, str]:
     fd, environ_path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
     with os.fdopen(fd, "w") as out:
         json.dump(dict(os.environ), out)
-    # Read by the server alone, which then takes the environment from the
-    # file: nothing the tests start inherits them.
-    os.environ.update({SERVER_VAR: "1", ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
     try:
-        multiprocessing.forkserver.ensure_running()
+        ensure_server_running({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
     except BaseException:
         listening.close()
         os.remove(environ_path)
         raise
-    finally:
-        for key in (SERVER_VAR, ENVIRON_VAR, LIST_SOCKET_VAR):
-            os.environ.pop(key, None)
     return listening, environ_path
+
+
+def ensure_server_running(hand_over: dict[str, str] | None = None) -> None:
+    """multiprocessing's ``ensure_running``, with the server's start marked.
+
+    The variables (:data:`SERVER_VAR` and ``hand_over``) are in this
+    process's environment only while the server starts: read by the server
+    alone, which then takes the environment from the file, so nothing the
+    tests start inherits them.
+    """
+    import multiprocessing.forkserver
+
+    variables = {SERVER_VAR: "1", **(hand_over or {})}
+    os.environ.update(variables)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        for key in variables:
+            os.environ.pop(key, None)
 
 
 def stop_server() -> bool:

@@ -120,11 +120,7 @@ def _start(send_now: bool) -> None:
     global _server
     if not sys.platform.startswith("linux"):  # no abstract sockets: no test modules
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
-        os.environ[distspawn_rank_server.SERVER_VAR] = "1"  # read by the server alone
-        try:
-            multiprocessing.forkserver.ensure_running()
-        finally:
-            os.environ.pop(distspawn_rank_server.SERVER_VAR, None)
+        distspawn_rank_server.ensure_server_running()
         _server = _Server(None, None)
         return
     _server = _Server(*distspawn_rank_server.start_server(FORKSERVER_PRELOAD))
