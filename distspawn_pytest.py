@@ -12,6 +12,7 @@ per-worker isolation under pytest-xdist.
 from __future__ import annotations
 
 import fnmatch
+import glob
 import importlib.abc
 import multiprocessing.util
 import os
@@ -251,16 +252,155 @@ def _may_start_rank_processes(file_path: Any) -> bool:
             text = f.read(1 << 20)
     except OSError:
         return False
-    # Under the stand-in mode, files that import upstream's harness run on
-    # distspawn's engine without naming it.
     if b"distspawn" not in text:
         # Under the stand-in mode, files that import upstream's harness run on
         # distspawn's engine without naming it; one that names no class that
         # starts rank processes (it may use common_utils alone) starts nothing.
         stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
-        return (stand_in and b"torch.testing._internal" in text
-                and bool(PROCESS_RANK_NAMES.search(text)))
-    return bool(PROCESS_RANK_NAMES.search(text)) or not THREAD_RANK_NAMES.search(text)
+        if not (stand_in and b"torch.testing._internal" in text
+                and PROCESS_RANK_NAMES.search(text)):
+            return False
+    elif THREAD_RANK_NAMES.search(text) and not PROCESS_RANK_NAMES.search(text):
+        return False
+    # A file whose rank tests all skip here (most tests written for GPUs, on
+    # a machine without one) starts nothing: a server started for it would
+    # only compete with collection for the CPUs.
+    return not rank_tests_all_skip(text, accelerator_device_present())
+
+
+# A device node of each kind of accelerator torch runs distributed tests on:
+# NVIDIA, AMD (ROCm), Intel (XPU; also any GPU with a render node), Habana and
+# other accel-class drivers, Ascend, AWS Neuron. Checked instead of asking
+# torch, which this process has not imported yet.
+ACCELERATOR_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri/renderD*",
+                            "/dev/accel/*", "/dev/davinci*", "/dev/neuron*")
+
+
+def accelerator_device_present() -> bool:
+    """Whether this machine may have an accelerator (True where it cannot tell)."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICE_NODES)
+
+
+# Words of a condition on an accelerator being there (not on NCCL: CUDA builds
+# have it on machines without a GPU).
+_ACCELERATOR_WORDS = re.compile(
+    r"cuda|gpu|device_count|accelerator|rocm|(?<![a-z])(?:xpu|hpu|npu|hip\b)", re.IGNORECASE)
+# Skips decided in the test process, before any rank starts: unittest's skip
+# decorators (and those built on them, such as skip_but_pass_in_sandcastle_if)
+# and pytest's skip marks. Not skip_if_lt_x_gpu: its ranks start, and skip.
+_ALWAYS_SKIPS = re.compile(r"(?:^|\.)skip$")  # unittest.skip(...), pytest.mark.skip
+_SKIPS_UNLESS = re.compile(r"(?:^|\.)skipUnless$")
+_SKIPS_IF = re.compile(r"(?:^|\.)(?:skipIf|skipif|skip_but_pass_in_sandcastle_if)$")
+
+
+def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
+    """Whether the source shows that every test of the file's rank classes skips.
+
+    Read from the text, as pytest has not imported the file yet. A test skips
+    when the module skips itself (``pytestmark = pytest.mark.skip``; without
+    an accelerator, ``if not torch.cuda.is_available(): pytest.skip(...)``),
+    or its class or the test itself carries a skip decided before any rank
+    starts: ``@unittest.skip``, and without an accelerator
+    ``@skipUnless(torch.cuda.is_available(), ...)``,
+    ``@pytest.mark.skipif(device_count() < 4, ...)``,
+    ``@skip_but_pass_in_sandcastle_if(not TEST_MULTIGPU, ...)``. (A test under
+    ``@skip_if_lt_x_gpu`` starts its ranks, which skip.) A rank class's tests are
+    its own and those of the file's classes it derives from. Whatever it
+    cannot see (a test inherited from an imported class, a class made at run
+    time) counts as a test that runs: the guess only ever costs a later start.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    local_classes: dict[str, Any] = {}
+    rank_classes: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and not accelerator \
+                and _holds_without_accelerator(node.test) \
+                and any(_skips_the_module(statement) for statement in node.body):
+            return True
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "pytestmark"
+                for target in node.targets) and _skips(node.value, accelerator):
+            return True
+        if not isinstance(node, ast.ClassDef):
+            continue
+        local_classes[node.name] = node
+        bases = [ast.unparse(base) for base in node.bases]
+        if not any(PROCESS_RANK_NAMES.search(base.encode()) or base in rank_classes
+                   for base in bases):
+            continue
+        rank_classes.add(node.name)
+        if any(_skips(decorator, accelerator) for decorator in node.decorator_list):
+            continue
+        tests = _own_tests(node)
+        for base in bases:
+            if base in local_classes:
+                tests += _own_tests(local_classes[base])
+            elif not PROCESS_RANK_NAMES.search(base.encode()):
+                return False  # may bring tests of its own
+        if not tests or not all(any(_skips(decorator, accelerator)
+                                    for decorator in test.decorator_list)
+                                for test in tests):
+            return False
+    return bool(rank_classes)
+
+
+def _own_tests(cls: Any) -> list:
+    import ast
+
+    return [item for item in cls.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and item.name.startswith("test")]
+
+
+def _skips(decorator: Any, accelerator: bool) -> bool:
+    # A skip decorator or mark that skips on this machine before ranks start.
+    import ast
+
+    called = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = ast.unparse(called)
+    if _ALWAYS_SKIPS.search(name):
+        return True
+    if accelerator or not isinstance(decorator, ast.Call) or not decorator.args:
+        return False
+    condition = decorator.args[0]
+    if _SKIPS_UNLESS.search(name):
+        return bool(_ACCELERATOR_WORDS.search(ast.unparse(condition)))
+    return bool(_SKIPS_IF.search(name)) and _holds_without_accelerator(condition)
+
+
+def _holds_without_accelerator(condition: Any) -> bool:
+    # "not <has one>", "<count> < n", "<count> <= n", "<count> == 0", and
+    # either side of an "or".
+    import ast
+
+    if not _ACCELERATOR_WORDS.search(ast.unparse(condition)):
+        return False
+    if isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+        return True
+    if isinstance(condition, ast.Compare):
+        return all(isinstance(op, (ast.Lt, ast.LtE)) or (
+            isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0)
+            for op, right in zip(condition.ops, condition.comparators))
+    if isinstance(condition, ast.BoolOp) and isinstance(condition.op, ast.Or):
+        return any(_holds_without_accelerator(value) for value in condition.values)
+    return False
+
+
+def _skips_the_module(statement: Any) -> bool:
+    # pytest.skip(..., allow_module_level=True) or raise unittest.SkipTest(...).
+    import ast
+
+    source = ast.unparse(statement)
+    return (isinstance(statement, ast.Expr) and "skip(" in source
+            and "allow_module_level" in source) \
+        or (isinstance(statement, ast.Raise) and "SkipTest" in source)
 
 
 def _start_rank_server_early() -> tuple[socket.socket, str] | None:

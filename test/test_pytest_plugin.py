@@ -162,6 +162,80 @@ def test_a_file_whose_rank_tests_all_skip_by_decorator_is_not_preloaded(runnable
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+def test_a_file_whose_rank_tests_all_need_an_accelerator_starts_no_rank_server():
+    # On a machine without one, the file's text shows every rank test skips
+    # (class decorator, test decorator, pytest mark): no server is started.
+    import distspawn_pytest
+
+    run = pytest_run("accelerator_only_ranks.py", "-q", "-p", "no:cacheprovider",
+                     "-p", "count_server_starts")
+    if distspawn_pytest.accelerator_device_present():
+        pytest.skip("this machine has an accelerator device: the rank tests may run here")
+    assert run.returncode == 0 and "1 passed, 3 skipped" in run.output, run.output
+    assert "rank server starts: 0" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+SKIP_GUESSES = [
+    # (source, skips without an accelerator, skips with one)
+    ("@unittest.skipUnless(torch.cuda.is_available(), 'gpu')\n"
+     "class A(DTensorTestBase):\n    def test_a(self): pass\n", True, False),
+    ("class A(MultiProcessTestCase):\n"
+     "    @pytest.mark.skipif(torch.cuda.device_count() < 4, reason='4 gpus')\n"
+     "    def test_a(self): pass\n"
+     "    @unittest.skipIf(not TEST_MULTIGPU, 'gpus')\n    def test_b(self): pass\n"
+     "    @skip_but_pass_in_sandcastle_if(torch.cuda.device_count() == 0, 'gpu')\n"
+     "    def test_c(self): pass\n", True, False),
+    ("if not torch.cuda.is_available():\n    pytest.skip('gpu', allow_module_level=True)\n"
+     "class A(MultiProcessTestCase):\n    def test_a(self): pass\n", True, False),
+    ("pytestmark = pytest.mark.skipif(not TEST_CUDA, reason='gpu')\n"
+     "class A(FSDPTest):\n    def test_a(self): pass\n", True, False),
+    ("pytestmark = pytest.mark.skip(reason='later')\n"
+     "class A(MultiProcessTestCase):\n    def test_a(self): pass\n", True, True),
+    ("@unittest.skip('broken')\nclass A(MultiProcessTestCase):\n    def test_a(self): pass\n",
+     True, True),
+    # A subclass of a local rank class: the base's tests are the subclass's too.
+    ("class Base(DTensorTestBase):\n    @unittest.skipIf(not TEST_CUDA, 'gpu')\n"
+     "    def test_a(self): pass\n"
+     "class B(Base):\n    @unittest.skip('no')\n    def test_b(self): pass\n", True, False),
+    ("class Base(DTensorTestBase):\n    def test_a(self): pass\n"
+     "class B(Base):\n    @unittest.skip('no')\n    def test_b(self): pass\n", False, False),
+    # Ranks start, then skip: skip_if_lt_x_gpu runs in each rank.
+    ("class A(FSDPTest):\n    @skip_if_lt_x_gpu(2)\n    def test_a(self): pass\n", False, False),
+    # NCCL is there in CUDA builds without a GPU.
+    ("class A(FSDPTest):\n    @unittest.skipIf(not dist.is_nccl_available(), 'nccl')\n"
+     "    def test_a(self): pass\n", False, False),
+    # Runs where there is no GPU: skipIf on having one.
+    ("@unittest.skipIf(torch.cuda.is_available(), 'cpu only')\n"
+     "class A(MultiProcessTestCase):\n    def test_a(self): pass\n", False, False),
+    # One test without a skip.
+    ("class A(MultiProcessTestCase):\n    @unittest.skip('no')\n    def test_a(self): pass\n"
+     "    def test_b(self): pass\n", False, False),
+    # A local mixin brings a test that runs; an imported one may.
+    ("class Mixin:\n    def test_m(self): pass\n"
+     "class A(MultiProcessTestCase, Mixin):\n    @unittest.skip('no')\n"
+     "    def test_a(self): pass\n", False, False),
+    ("class A(MultiProcessTestCase, TestsFromElsewhere):\n    @unittest.skip('no')\n"
+     "    def test_a(self): pass\n", False, False),
+    # Not a skip on an accelerator ("input" names no npu).
+    ("class A(MultiProcessTestCase):\n    @unittest.skipIf(not input_ok, 'input')\n"
+     "    def test_a(self): pass\n", False, False),
+    # No rank class, a class with no test of its own, text that does not parse.
+    ("class A(TestCase):\n    @unittest.skip('no')\n    def test_a(self): pass\n", False, False),
+    ("class A(DTensorTestBase):\n    pass\n", False, False),
+    ("class A(MultiProcessTestCase:\n", False, False),
+]
+
+
+@pytest.mark.parametrize("source, without, with_one", SKIP_GUESSES)
+def test_the_early_start_guess_reads_skips_from_the_source(source, without, with_one):
+    import distspawn_pytest
+
+    text = source.encode()
+    assert distspawn_pytest.rank_tests_all_skip(text, accelerator=False) is without
+    assert distspawn_pytest.rank_tests_all_skip(text, accelerator=True) is with_one
+
+
 def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
     # The light plugin guesses from a file's text whether it may start rank
     # processes; a process class missing from its list would be taken for
