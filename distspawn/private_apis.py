@@ -92,9 +92,16 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "inside a rank thread inlines the random-function wrappers instead, and a "
                "first compile during a threaded test leaves torch.compile unaware of "
                "torch.rand and friends for the rest of the process"),
-    PrivateAPI("torch._C._len_torch_function_stack", "backends.thread_rng",
+    PrivateAPI("torch._C._len_torch_function_stack", "backends.thread_rng, cases.global_state",
                "a rank thread's draws all swap its state into the default generator "
-               "instead of being handed its generator (same numbers, slower)"),
+               "instead of being handed its generator (same numbers, slower); a test "
+               "that leaves a torch function mode pushed passes"),
+    PrivateAPI("torch._C._pop_torch_function_stack", "cases.global_state",
+               "a test that leaves a torch function mode pushed passes"),
+    PrivateAPI("torch._C._get_torch_function_state", "cases.global_state",
+               "a test that leaves torch functions switched off passes"),
+    PrivateAPI("torch._C._set_torch_function_state", "cases.global_state",
+               "a test that leaves torch functions switched off passes"),
     PrivateAPI("torch._C._len_torch_dispatch_stack", "backends.thread_rng",
                "a rank thread's draws all swap its state into the default generator "
                "instead of being handed its generator (same numbers, slower)"),

@@ -6,6 +6,7 @@ distspawn's TestCase and (where torch.testing._internal imports) on upstream's.
 """
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -203,3 +204,32 @@ def test_accept_with_expecttest_rewrites_the_literal(tmp_path):
     assert '"""old"""' not in path.read_text() and "new" in path.read_text()
     again = run_python([str(path)], cwd=tmp_path)
     assert again.returncode == 0, again.output
+
+
+@pytest.mark.parametrize("harness", ["distspawn", "upstream"])
+def test_a_test_that_leaks_global_state_fails_as_on_this_releases_upstream(harness):
+    # Upstream's TestCase guards more state in later releases (2.13: torch
+    # function modes such as a leaked default device; 2.14: fp32 precision
+    # flags); distspawn's checks what the installed release's does.
+    from distspawn.engine.releases import upstream_testcase_guards
+
+    if harness == "upstream" and not upstream_imports():
+        pytest.skip("torch.testing._internal does not import here")
+    run = run_python(["global_state_leaks.py", "-v"],
+                     env={"UPSTREAM_HARNESS": "1" if harness == "upstream" else "0"})
+    failed = set(re.findall(r"^(?:FAIL|ERROR): (test_\w+)", run.output, re.M))
+    guards = upstream_testcase_guards()
+    flags = "skipped" not in run.verdict_line("test_c_precision")
+    expected = {"test_a_default_device" if "torch_function" in guards
+                else "test_a_default_device_after"}
+    if flags:
+        expected.add("test_c_precision" if "fp32_precision" in guards
+                     else "test_c_precision_after")
+    assert failed == expected, run.output
+    if "torch_function" in guards:
+        assert ("torch function mode stack was leaked: length changed from 0 to 1"
+                in run.output), run.output
+    if flags and "fp32_precision" in guards:
+        assert re.search(r"fp32 precision flag leak detected:\n(  .*\n)*"
+                         r"  torch\.backends\.mkldnn\.matmul\.fp32_precision: was '\w+', "
+                         r"became 'bf16'", run.output), run.output

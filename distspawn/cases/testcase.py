@@ -23,6 +23,7 @@ import torch
 
 from ..fixtures.device_probe import has_accelerator
 from .assertions import UpstreamAssertions, cuda_sync_failed
+from .global_state import GlobalState
 from ..fixtures.environment import SEED
 from ..fixtures.helpers import reset_dynamo
 
@@ -167,7 +168,9 @@ class TestCase(UpstreamAssertions, unittest.TestCase):
     ``assertEqual`` compares tensors, numpy arrays, numbers and nested
     containers with :func:`torch.testing.assert_close` semantics; a number is
     equal to a one-element tensor holding it. Every test starts from the same
-    torch / random / numpy seed. The other assertions upstream's TestCase adds
+    torch / random / numpy seed, and fails where it leaks the global state the
+    installed release's upstream TestCase guards (:mod:`distspawn.cases.global_state`).
+    The other assertions upstream's TestCase adds
     (``assertGreaterAlmostEqual``, ``assertExpectedInline``, ...) come from
     :class:`~distspawn.cases.assertions.UpstreamAssertions`.
     """
@@ -175,6 +178,9 @@ class TestCase(UpstreamAssertions, unittest.TestCase):
     # Upstream's class-level tolerance overrides (0 means "use the defaults").
     precision: float = 0.0
     rel_tol: float = 0.0
+    # Upstream's switch: fail a test that starts or ends with a default dtype
+    # other than torch.float (pytorch's own files turn it on).
+    _default_dtype_check_enabled: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -185,6 +191,16 @@ class TestCase(UpstreamAssertions, unittest.TestCase):
     def setUp(self) -> None:
         super().setUp()
         set_rng_seed()
+        # Re-based on upstream's TestCase (see derive_from_upstreams_testcase),
+        # its setUp guards the global state itself.
+        if unittest.TestCase in TestCase.__bases__:
+            self._global_state = GlobalState(self._default_dtype_check_enabled)
+
+    def tearDown(self) -> None:
+        super().tearDown()
+        state = self.__dict__.pop("_global_state", None)
+        if state is not None:
+            state.restore_and_check()
 
     @staticmethod
     def _reset_dynamo_if_imported() -> None:

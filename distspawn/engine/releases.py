@@ -32,6 +32,37 @@ def upstream_says_multi_device() -> bool:
         return False  # no harness shipped: the older words
 
 
+@functools.lru_cache(maxsize=None)
+def upstream_testcase_guards() -> frozenset:
+    """Which global state the installed torch's ``common_utils.TestCase`` guards
+    beyond what every release does (sparse invariant checks, grad mode):
+
+    - "torch_function": a test that leaves a torch function mode pushed, or
+      torch functions switched off, fails (2.13 on);
+    - "fp32_precision": one that changes an fp32 precision flag fails (2.14 on);
+    - "fp32_precision_generic": ``torch.get_float32_matmul_precision()`` is one
+      of those flags (2.15 on).
+
+    A test file whose imports are switched to distspawn's TestCase gets the
+    verdicts it gets there. Read from the harness's source text (data here,
+    not imported); with no harness shipped, none: leaks pass, as on the older
+    releases.
+    """
+    import torch
+
+    source = os.path.join(os.path.dirname(torch.__file__), "testing", "_internal",
+                          "common_utils.py")
+    try:
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return frozenset()
+    markers = {"torch_function": "torch function mode stack was leaked",
+               "fp32_precision": "fp32 precision flag leak detected",
+               "fp32_precision_generic": '("torch.get_float32_matmul_precision()",'}
+    return frozenset(guard for guard, marker in markers.items() if marker in text)
+
+
 def fsdp_calls(collective: str) -> str:
     """The ``torch.distributed`` function FSDP2 calls for ``collective``
     ("all_gather" or "reduce_scatter"), which the harness's patch helpers swap.
