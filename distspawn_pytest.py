@@ -11,7 +11,9 @@ per-worker isolation under pytest-xdist.
 
 from __future__ import annotations
 
+import ast
 import fnmatch
+import functools
 import glob
 import importlib.abc
 import multiprocessing.util
@@ -276,8 +278,13 @@ ACCELERATOR_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/
                             "/dev/accel/*", "/dev/davinci*", "/dev/neuron*")
 
 
+@functools.lru_cache(maxsize=None)
 def accelerator_device_present() -> bool:
-    """Whether this machine may have an accelerator (True where it cannot tell)."""
+    """Whether this machine may have an accelerator (True where it cannot tell).
+
+    Asked once a run: pytest asks for each file it collects until one starts
+    the server.
+    """
     if not sys.platform.startswith("linux"):
         return True
     return any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICE_NODES)
@@ -311,8 +318,6 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
     cannot see (a test inherited from an imported class, a class made at run
     time) counts as a test that runs: the guess only ever costs a later start.
     """
-    import ast
-
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -352,8 +357,6 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
 
 
 def _own_tests(cls: Any) -> list:
-    import ast
-
     return [item for item in cls.body
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
             and item.name.startswith("test")]
@@ -361,8 +364,6 @@ def _own_tests(cls: Any) -> list:
 
 def _skips(decorator: Any, accelerator: bool) -> bool:
     # A skip decorator or mark that skips on this machine before ranks start.
-    import ast
-
     called = decorator.func if isinstance(decorator, ast.Call) else decorator
     name = ast.unparse(called)
     if _ALWAYS_SKIPS.search(name):
@@ -378,8 +379,6 @@ def _skips(decorator: Any, accelerator: bool) -> bool:
 def _holds_without_accelerator(condition: Any) -> bool:
     # "not <has one>", "<count> < n", "<count> <= n", "<count> == 0", and
     # either side of an "or".
-    import ast
-
     if not _ACCELERATOR_WORDS.search(ast.unparse(condition)):
         return False
     if isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
@@ -395,8 +394,6 @@ def _holds_without_accelerator(condition: Any) -> bool:
 
 def _skips_the_module(statement: Any) -> bool:
     # pytest.skip(..., allow_module_level=True) or raise unittest.SkipTest(...).
-    import ast
-
     source = ast.unparse(statement)
     return (isinstance(statement, ast.Expr) and "skip(" in source
             and "allow_module_level" in source) \

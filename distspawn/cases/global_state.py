@@ -58,10 +58,11 @@ def _set_generic_precision(value: Any) -> None:
         torch.set_float32_matmul_precision(value)
 
 
-def _precision_flags(with_generic: bool) -> list:
+@functools.lru_cache(maxsize=None)
+def _precision_flags(with_generic: bool) -> tuple:
     # The generic setting first: setting it also writes the matmul flags.
-    flags = [(_GENERIC, _generic_precision, _set_generic_precision)] if with_generic else []
-    return flags + [_backend_flag(path) for path in _BACKEND_FLAGS]
+    generic = ((_GENERIC, _generic_precision, _set_generic_precision),) if with_generic else ()
+    return generic + tuple(_backend_flag(path) for path in _BACKEND_FLAGS)
 
 
 class GlobalState:
@@ -80,7 +81,7 @@ class GlobalState:
                 _function_stack_len, _pop_function_mode, _function_state, _set_function_state):
             self.function_modes = _function_stack_len()
             self.function_state = _function_state()
-        self.precision_flags: list = []
+        self.precision_flags: tuple = ()
         if "fp32_precision" in guards and os.environ.get(PRECISION_CHECK_OFF_VAR) != "1":
             self.precision_flags = _precision_flags("fp32_precision_generic" in guards)
         self.precision = [get() for _, get, _ in self.precision_flags]
