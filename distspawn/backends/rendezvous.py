@@ -148,7 +148,10 @@ class ThreadedSession:
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self._cond = threading.Condition(threading.RLock())
-        self._collectives: dict[tuple[str, int], _Rendezvous] = {}
+        # Keyed by the group's name and members: c10d can give disjoint groups
+        # one name (each rank creates only its own subgroup in
+        # _find_or_create_pg_by_ranks_and_tag, named by its own group count).
+        self._collectives: dict[tuple[_GroupInfo, int], _Rendezvous] = {}
         self._sends: list[_PointToPoint] = []
         self._recvs: list[_PointToPoint] = []
         self._unsettled: list = []
@@ -188,7 +191,7 @@ class ThreadedSession:
         # under the GIL, so every step here is paid world-size times per op.
         with self._cond:
             self._raise_if_stopped()
-            key = (group.name, seq)
+            key = (group, seq)
             rendezvous = self._collectives.get(key)
             if rendezvous is None:
                 rendezvous = self._collectives[key] = _Rendezvous(group, seq=seq)
@@ -261,7 +264,7 @@ class ThreadedSession:
 
     @staticmethod
     def _pairs(send: _PointToPoint, recv: _PointToPoint) -> bool:
-        return (send.group.name == recv.group.name and send.dst == recv.dst
+        return (send.group == recv.group and send.dst == recv.dst
                 and recv.src in (None, send.src) and send.tag == recv.tag)
 
     def _deliver(self, send: _PointToPoint, recv: _PointToPoint) -> None:
