@@ -313,7 +313,10 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
     ``@skipUnless(torch.cuda.is_available(), ...)``,
     ``@pytest.mark.skipif(device_count() < 4, ...)``,
     ``@skip_but_pass_in_sandcastle_if(not TEST_MULTIGPU, ...)``. (A test under
-    ``@skip_if_lt_x_gpu`` starts its ranks, which skip.) A rank class's tests are
+    ``@skip_if_lt_x_gpu`` starts its ranks, which skip.) Without an accelerator,
+    a class made into per-device classes by ``instantiate_device_type_tests(cls,
+    globals(), only_for=...)`` where ``only_for`` names no ``"cpu"`` gives no test
+    (pytest never sees the generic class). A rank class's tests are
     its own and those of the file's classes it derives from. Whatever it
     cannot see (a test inherited from an imported class, a class made at run
     time) counts as a test that runs: the guess only ever costs a later start.
@@ -324,6 +327,7 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
         return False
     local_classes: dict[str, Any] = {}
     rank_classes: set[str] = set()
+    no_cpu_classes = set() if accelerator else _instantiated_for_accelerators_only(tree)
     for node in tree.body:
         if isinstance(node, ast.If) and not accelerator \
                 and _holds_without_accelerator(node.test) \
@@ -341,7 +345,8 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
                    for base in bases):
             continue
         rank_classes.add(node.name)
-        if any(_skips(decorator, accelerator) for decorator in node.decorator_list):
+        if node.name in no_cpu_classes or any(
+                _skips(decorator, accelerator) for decorator in node.decorator_list):
             continue
         tests = _own_tests(node)
         for base in bases:
@@ -354,6 +359,44 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
                                 for test in tests):
             return False
     return bool(rank_classes)
+
+
+def _instantiated_for_accelerators_only(tree: Any) -> set[str]:
+    # Classes passed to instantiate_device_type_tests with an only_for that
+    # names no "cpu": a string, a list or tuple of them, or a module name
+    # bound only to such values (pytorch's test_functional_api.py: DEVICE =
+    # "cuda", or "hpu" / "xpu" under an if). Anything else may mean cpu.
+    bound: dict[str, list[Any]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+
+    def device_names(value: Any, depth: int = 0) -> list[str] | None:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            return [value.value]
+        if isinstance(value, (ast.List, ast.Tuple)):
+            names = [device_names(item, depth) for item in value.elts]
+            return None if None in names else [n for found in names for n in found]
+        if isinstance(value, ast.Name) and value.id in bound and depth < 3:
+            names = [device_names(item, depth + 1) for item in bound[value.id]]
+            return None if None in names else [n for found in names for n in found]
+        return None
+
+    found, maybe_cpu = set(), set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
+                "instantiate_device_type_tests") and node.args
+                and isinstance(node.args[0], ast.Name)):
+            continue
+        only_for = next((k.value for k in node.keywords if k.arg == "only_for"), None)
+        names = None if only_for is None else device_names(only_for)
+        if names and "cpu" not in (name.lower() for name in names):
+            found.add(node.args[0].id)
+        else:
+            maybe_cpu.add(node.args[0].id)
+    return found - maybe_cpu
 
 
 def _own_tests(cls: Any) -> list:

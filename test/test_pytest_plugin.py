@@ -220,6 +220,18 @@ SKIP_GUESSES = [
     # Not a skip on an accelerator ("input" names no npu).
     ("class A(MultiProcessTestCase):\n    @unittest.skipIf(not input_ok, 'input')\n"
      "    def test_a(self): pass\n", False, False),
+    # Made into per-device classes for accelerators only (only_for a name bound
+    # to device strings, as pytorch's test_functional_api.py does), or maybe cpu.
+    ("DEVICE = 'cuda'\nif TEST_XPU:\n    DEVICE = 'xpu'\n"
+     "class A(DistributedTestBase):\n    def test_a(self, device): pass\n"
+     "instantiate_device_type_tests(A, globals(), only_for=DEVICE)\n", True, False),
+    ("class A(DistributedTestBase):\n    def test_a(self, device): pass\n"
+     "instantiate_device_type_tests(A, globals(), only_for=('cuda', 'cpu'))\n", False, False),
+    ("class A(DistributedTestBase):\n    def test_a(self, device): pass\n"
+     "instantiate_device_type_tests(A, globals(), only_for=['cuda'])\n"
+     "instantiate_device_type_tests(A, globals())\n", False, False),
+    ("class A(DistributedTestBase):\n    def test_a(self, device): pass\n"
+     "instantiate_device_type_tests(A, globals(), only_for=pick_devices())\n", False, False),
     # No rank class, a class with no test of its own, text that does not parse.
     ("class A(TestCase):\n    @unittest.skip('no')\n    def test_a(self): pass\n", False, False),
     ("class A(DTensorTestBase):\n    pass\n", False, False),
