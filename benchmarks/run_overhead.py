@@ -13,16 +13,19 @@ The default file starts no rank: it is written for upstream's harness, with
 one rank test that skips by decorator beside one plain test, as many real
 files are on a machine without the hardware their rank tests ask for.
 ``--file`` runs another (with the plugin off, a distspawn file still runs its
-ranks on distspawn's engine).
+ranks on distspawn's engine). A run past ``--timeout`` is ended with all it
+started and counted in the last column, not in the medians.
 
     python benchmarks/run_overhead.py --rounds 5
     python benchmarks/run_overhead.py --rounds 5 --file examples/test_allreduce.py
+    python benchmarks/run_overhead.py --rounds 10 --timeout 60 --file .../test_functional_api.py
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -72,7 +75,8 @@ def marked_processes(marker: str) -> list[int]:
     return found
 
 
-def one_run(test_file: Path, mode: str) -> dict[str, float]:
+def one_run(test_file: Path, mode: str, timeout: float) -> dict[str, float] | None:
+    """One pytest run's figures, or None where it ran past ``timeout`` (then it is ended)."""
     marker = uuid.uuid4().hex
     env = {**os.environ, MARKER_VAR: marker}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -82,8 +86,22 @@ def one_run(test_file: Path, mode: str) -> dict[str, float]:
     # the pipe, a CI runner, does wait for is wall + outlived).
     with tempfile.TemporaryFile("w+") as output:
         cpu_before, started = busy_cpu_s(), time.monotonic()
-        returncode = subprocess.run(command, env=env, cwd=test_file.parent, stdout=output,
-                                    stderr=subprocess.STDOUT).returncode
+        proc = subprocess.Popen(command, env=env, cwd=test_file.parent, stdout=output,
+                                stderr=subprocess.STDOUT)
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # A hung run (upstream's threaded world can hang in a store
+            # barrier) is counted, not waited for: end it and all it started.
+            for pid in [proc.pid, *marked_processes(marker)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+            while marked_processes(marker):
+                time.sleep(0.02)
+            return None
         ended = time.monotonic()
         while marked_processes(marker):
             time.sleep(0.02)
@@ -98,25 +116,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--file", type=Path, help="the test file (default: see above)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each mode (default 3)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds after which a run is ended and counted as hung "
+                             "(default 120)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds={args.rounds}: give a whole number >= 1")
+    if args.timeout <= 0:
+        parser.error(f"--timeout={args.timeout}: give a number of seconds > 0")
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
         test_file = args.file.resolve() if args.file else Path(tmp) / "test_no_rank.py"
         if not args.file:
             test_file.write_text(DEFAULT_FILE)
         results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+        hung = {mode: 0 for mode in MODES}
         for _ in range(args.rounds):
             for mode in MODES:
-                results[mode].append(one_run(test_file, mode))
-    print(f"{test_file.name}, {args.rounds} rounds; medians (min-max)")
-    print(f"{'mode':<12}{'wall s':>18}{'outlived s':>18}{'busy CPU s':>18}")
+                run = one_run(test_file, mode, args.timeout)
+                if run is None:
+                    hung[mode] += 1
+                else:
+                    results[mode].append(run)
+    print(f"{test_file.name}, {args.rounds} rounds; medians (min-max) of the runs that ended")
+    print(f"{'mode':<12}{'wall s':>21}{'outlived s':>21}{'busy CPU s':>21}"
+          f"{f'past {args.timeout:g} s':>14}")
     for mode, runs in results.items():
         cells = []
         for key in ("wall", "outlived", "cpu"):
             values = [run[key] for run in runs]
-            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
-        print(f"{mode:<12}" + "".join(f"{cell:>18}" for cell in cells))
+            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+                         if values else "-")
+        print(f"{mode:<12}" + "".join(f"{cell:>21}" for cell in cells) + f"{hung[mode]:>14}")
     return 0
 
 
