@@ -327,7 +327,8 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
         return False
     local_classes: dict[str, Any] = {}
     rank_classes: set[str] = set()
-    no_cpu_classes = set() if accelerator else _instantiated_for_accelerators_only(tree)
+    no_cpu_classes = set() if accelerator or b"instantiate_device_type_tests" not in text \
+        else _instantiated_for_accelerators_only(tree)
     for node in tree.body:
         if isinstance(node, ast.If) and not accelerator \
                 and _holds_without_accelerator(node.test) \
@@ -367,35 +368,43 @@ def _instantiated_for_accelerators_only(tree: Any) -> set[str]:
     # bound only to such values (pytorch's test_functional_api.py: DEVICE =
     # "cuda", or "hpu" / "xpu" under an if). Anything else may mean cpu.
     bound: dict[str, list[Any]] = {}
+    calls = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     bound.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) \
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) \
+                == "instantiate_device_type_tests":
+            calls.append(node)
 
-    def device_names(value: Any, depth: int = 0) -> list[str] | None:
-        if isinstance(value, ast.Constant) and isinstance(value.value, str):
-            return [value.value]
-        if isinstance(value, (ast.List, ast.Tuple)):
-            names = [device_names(item, depth) for item in value.elts]
-            return None if None in names else [n for found in names for n in found]
-        if isinstance(value, ast.Name) and value.id in bound and depth < 3:
-            names = [device_names(item, depth + 1) for item in bound[value.id]]
-            return None if None in names else [n for found in names for n in found]
-        return None
+    def device_names(values: list, depth: int = 0) -> list[str] | None:
+        # Every string the values can be, or None where one may be anything.
+        names: list[str] = []
+        for value in values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                names.append(value.value)
+                continue
+            if isinstance(value, (ast.List, ast.Tuple)):
+                found = device_names(value.elts, depth)
+            elif isinstance(value, ast.Name) and value.id in bound and depth < 3:
+                found = device_names(bound[value.id], depth + 1)
+            else:
+                found = None
+            if found is None:
+                return None
+            names += found
+        return names
 
     found, maybe_cpu = set(), set()
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
-                "instantiate_device_type_tests") and node.args
-                and isinstance(node.args[0], ast.Name)):
-            continue
-        only_for = next((k.value for k in node.keywords if k.arg == "only_for"), None)
-        names = None if only_for is None else device_names(only_for)
+    for call in calls:
+        only_for = next((k.value for k in call.keywords if k.arg == "only_for"), None)
+        names = None if only_for is None else device_names([only_for])
         if names and "cpu" not in (name.lower() for name in names):
-            found.add(node.args[0].id)
+            found.add(call.args[0].id)
         else:
-            maybe_cpu.add(node.args[0].id)
+            maybe_cpu.add(call.args[0].id)
     return found - maybe_cpu
 
 
