@@ -93,18 +93,18 @@ def one_run(test_file: Path, mode: str, timeout: float) -> dict[str, float] | No
         except subprocess.TimeoutExpired:
             # A hung run (upstream's threaded world can hang in a store
             # barrier) is counted, not waited for: end it and all it started.
+            returncode = None
             for pid in [proc.pid, *marked_processes(marker)]:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             proc.wait()
-            while marked_processes(marker):
-                time.sleep(0.02)
-            return None
         ended = time.monotonic()
         while marked_processes(marker):
             time.sleep(0.02)
+        if returncode is None:
+            return None
         if returncode not in (0, 5):  # 5: every test deselected or skipped at module level
             output.seek(0)
             raise SystemExit(f"pytest {mode} failed:\n{output.read()}")
