@@ -101,7 +101,7 @@ def test_a_pytest_run_started_from_an_xdist_worker_is_not_taken_for_one():
     # It inherits the worker's PYTEST_XDIST_WORKER; isolating it as a worker
     # again nested TMPDIRs until the rank server's socket path was too long.
     run = pytest_run("inherited_xdist_env.py", "-q", "-p", "no:cacheprovider",
-                     env={"PYTEST_XDIST_WORKER": "gw7"})
+                     env={"PYTEST_XDIST_WORKER": "gw-inherited"})
     assert run.returncode == 0 and "1 passed" in run.output, run.output
 
 
