@@ -46,8 +46,13 @@ def needs_processes(run):
 
 def assert_others_follow(report, first):
     """Every rank after the first says how long after it it failed, or was ended."""
+    # On a loaded machine a peer may not have failed yet when distspawn knew of
+    # the first failure (seen with 15 xdist workers on 16 cores): it is ended,
+    # and the report says so instead of a time.
     for line in rank_lines(report)[1:]:
-        assert f"s after rank {first}" in line, report
+        assert (f"s after rank {first}" in line
+                or line.endswith("still running when the failure was known; ended by distspawn")
+                ), report
 
 
 def test_the_run_fails_and_leaves_nothing(table):
