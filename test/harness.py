@@ -109,6 +109,17 @@ def processes_with_marker(marker: str, settle_s: float = 5.0) -> list[int]:
                 os.close(pidfd)
 
 
+def end_marked(proc: subprocess.Popen, marker: str) -> None:
+    """Kill ``proc`` and every live process started under ``marker``."""
+    proc.kill()
+    proc.wait()
+    for pid in _marked_now(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass  # gone meanwhile
+
+
 def _marked_now(marker: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -173,6 +184,12 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
             raise RanPastTimeout(
                 f"python {' '.join(args)} ran past {timeout} s; its output, up to and "
                 f"after a Ctrl-C:\n{output[-20000:]}") from None
+        except BaseException:
+            # This test process is being ended (Ctrl-C, a suite's time limit):
+            # the run and all it started go too. An interrupted suite on a GPU
+            # machine left a scenario run and its spawned ranks behind.
+            end_marked(proc, marker)
+            raise
         elapsed = time.monotonic() - started
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
                            if not is_torch_cache(p.relative_to(tmp))
