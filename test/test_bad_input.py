@@ -22,8 +22,8 @@ def test_world_size_word(bad):
             "got 'two'") in bad.output
 
 
-def test_world_size_zero(bad):
-    assert "ZeroWorldSize.world_size must be an integer >= 1, got 0" in bad.output
+def test_world_size_negative(bad):
+    assert "NegativeWorldSize.world_size must be an integer >= 1, got -1" in bad.output
 
 
 def test_world_size_as_string_of_an_int_works(bad):

@@ -182,3 +182,31 @@ def test_threaded_verdicts_that_differ_from_upstreams_on_purpose(harness, failin
         assert ("NeverStartsThreads.test_body_that_would_fail passed without running its "
                 "body") in run.output
     assert run.leftover_pids == []
+
+
+EMPTY_WORLD_TESTS = {"RankProcesses": "test_on_rank_processes", "FSDPOnGPUs": "test_fsdp_on_gpus",
+                     "DTensorOnGPUs": "test_dtensor_on_gpus", "RankThreads": "test_on_rank_threads",
+                     "ReusedRanks": "test_on_reused_ranks"}
+
+
+@pytest.mark.parametrize("harness, verdict", [
+    # A world size of 0 (a class sizing its world from the GPUs, on a machine
+    # without): upstream's harness starts no rank and passes; distspawn skips,
+    # saying why; run unchanged, a file gets upstream's pass, with a warning.
+    ("distspawn", "skipped"), ("upstream", "ok"), ("stand-in", "ok")])
+def test_a_world_of_no_ranks(harness, verdict):
+    run = run_scenario_as(harness, "empty_world.py")
+    assert "Ran 6 tests" in run.output, run.output
+    for owner, test in EMPTY_WORLD_TESTS.items():
+        line = run.verdict_line(test)
+        assert line.split(" ... ")[-1].startswith(verdict), run.output
+        if harness == "distspawn":
+            assert (f"{owner}.world_size is 0: there is no rank to run the test on "
+                    "(upstream's harness passes such a test without running it)") in line
+        if harness == "stand-in":
+            assert (f"{owner}.world_size is 0: no rank was started and the test passed "
+                    "without running") in run.output
+    # A fixed world still runs its ranks, on every harness.
+    assert re.search(r"^(FAIL|ERROR): test_ranks_run ", run.output, re.M), run.output
+    assert "the body ran" not in run.output
+    assert run.leftover_pids == []

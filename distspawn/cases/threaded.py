@@ -36,6 +36,7 @@ from ..fixtures.environment import (
 )
 from ..engine.capacity import check_rank_capacity
 from ..engine.capacity import validate_world_size
+from .empty_world import ranks_to_start
 from ..engine.protocol import RankReport, ReportStatus
 from ..engine.exit_codes import skip_message_for
 from .testcase import RankDispatchingTestCase
@@ -386,6 +387,8 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         return rank == self.MAIN_THREAD_RANK
 
     def _join_ranks(self, fn: Callable) -> None:
+        if getattr(self, "_empty_world", False):
+            return  # the stand-in mode: upstream passes a world of no ranks
         self._join_threads(self.threads, fn)
 
     def perThreadSetUp(self) -> None:  # noqa: N802 - upstream's name
@@ -408,7 +411,11 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
 
     def _spawn_threads(self) -> None:
         """Start the rank threads for the current test (call from setUp)."""
-        world_size = validate_world_size(self.world_size, f"{type(self).__name__}.world_size")
+        world_size = ranks_to_start(self.world_size, f"{type(self).__name__}.world_size",
+                                    type(self).upstream_verdicts)
+        self._empty_world = world_size == 0
+        if self._empty_world:
+            return
         check_rank_capacity(world_size, None, f"{type(self).__name__}.world_size")
         session = _begin_session(world_size, float(get_timeout(self.id())))
         self.addCleanup(_end_session, session, self.threads)

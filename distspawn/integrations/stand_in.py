@@ -125,15 +125,18 @@ def _share_one_generator_between_rank_threads() -> None:
 
 
 def _give_upstreams_verdicts() -> None:
-    # A threaded test whose threads never started passes (with a warning), and
+    # A test whose world size is 0 passes without running (with a warning), a
+    # threaded test whose threads never started passes (with a warning), and
     # a failing one raises a plain RuntimeError, as upstream's harness does.
     # Reused ranks take upstream's device type: on a CUDA build without a GPU,
     # "cuda" (a class without a world size then skips, as upstream's does).
     from ..cases.continuous import MultiProcContinuousTest
+    from ..cases.multiprocess import MultiProcessTestCase
     from ..cases.threaded import MultiThreadedTestCase
 
     MultiThreadedTestCase.upstream_verdicts = True
     MultiProcContinuousTest.upstream_verdicts = True
+    MultiProcessTestCase.upstream_verdicts = True
 
 
 def _derive_from_upstreams_testcase() -> None:
