@@ -316,7 +316,9 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
     ``@skip_if_lt_x_gpu`` starts its ranks, which skip.) Without an accelerator,
     a class made into per-device classes by ``instantiate_device_type_tests(cls,
     globals(), only_for=...)`` where ``only_for`` names no ``"cpu"`` gives no test
-    (pytest never sees the generic class). A rank class's tests are
+    (pytest never sees the generic class), and so does a class whose world size
+    is the accelerator count (``min(torch.cuda.device_count(), 4)``): 0 ranks,
+    no rank to start. A rank class's tests are
     its own and those of the file's classes it derives from. Whatever it
     cannot see (a test inherited from an imported class, a class made at run
     time) counts as a test that runs: the guess only ever costs a later start.
@@ -347,7 +349,8 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
             continue
         rank_classes.add(node.name)
         if node.name in no_cpu_classes or any(
-                _skips(decorator, accelerator) for decorator in node.decorator_list):
+                _skips(decorator, accelerator) for decorator in node.decorator_list) \
+                or not accelerator and _world_sized_by_accelerators(node, local_classes):
             continue
         tests = _own_tests(node)
         for base in bases:
@@ -406,6 +409,35 @@ def _instantiated_for_accelerators_only(tree: Any) -> set[str]:
         else:
             maybe_cpu.add(call.args[0].id)
     return found - maybe_cpu
+
+
+def _world_sized_by_accelerators(cls: Any, local_classes: dict[str, Any]) -> bool:
+    # world_size = (or a property returning) a device count, or min() of one
+    # and anything: 0 without an accelerator. The class's own, else the first
+    # of its bases in this file that sets one.
+    for owner in [cls, *(local_classes[ast.unparse(base)] for base in cls.bases
+                         if ast.unparse(base) in local_classes)]:
+        for item in owner.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "world_size":
+                returns = [statement for statement in item.body
+                           if isinstance(statement, ast.Return)]
+                value = returns[0].value if len(returns) == len(item.body) == 1 else None
+            elif isinstance(item, ast.Assign) and any(
+                    getattr(target, "id", None) == "world_size" for target in item.targets):
+                value = item.value
+            else:
+                continue
+            return value is not None and _counts_accelerators(value)
+    return False
+
+
+def _counts_accelerators(value: Any) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    name = ast.unparse(value.func)
+    if name == "min":
+        return any(_counts_accelerators(arg) for arg in value.args)
+    return name.endswith("device_count") and bool(_ACCELERATOR_WORDS.search(name[:-12]))
 
 
 def _own_tests(cls: Any) -> list:

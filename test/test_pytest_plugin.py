@@ -171,7 +171,7 @@ def test_a_file_whose_rank_tests_all_need_an_accelerator_starts_no_rank_server()
                      "-p", "count_server_starts")
     if distspawn_pytest.accelerator_device_present():
         pytest.skip("this machine has an accelerator device: the rank tests may run here")
-    assert run.returncode == 0 and "1 passed, 3 skipped" in run.output, run.output
+    assert run.returncode == 0 and "1 passed, 4 skipped" in run.output, run.output
     assert "rank server starts: 0" in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
 
@@ -232,11 +232,44 @@ SKIP_GUESSES = [
      "instantiate_device_type_tests(A, globals())\n", False, False),
     ("class A(DistributedTestBase):\n    def test_a(self, device): pass\n"
      "instantiate_device_type_tests(A, globals(), only_for=pick_devices())\n", False, False),
+    # A world of as many ranks as accelerators (torchtitan's graph_trainer
+    # tests): none without one, so no rank starts; on its own or a local base.
+    ("class A(FSDPTest):\n    @property\n    def world_size(self):\n"
+     "        return min(torch.cuda.device_count(), 4)\n    def test_a(self): pass\n",
+     True, False),
+    ("class Base(MultiProcessTestCase):\n    world_size = torch.accelerator.device_count()\n"
+     "class A(Base):\n    def test_a(self): pass\n", True, False),
+    # At least one rank, or a count of something else: ranks start.
+    ("class A(FSDPTest):\n    @property\n    def world_size(self):\n"
+     "        return max(1, min(torch.cuda.device_count(), 2))\n    def test_a(self): pass\n",
+     False, False),
+    ("class A(FSDPTest):\n    @property\n    def world_size(self):\n"
+     "        return min(os.cpu_count(), 4)\n    def test_a(self): pass\n", False, False),
     # No rank class, a class with no test of its own, text that does not parse.
     ("class A(TestCase):\n    @unittest.skip('no')\n    def test_a(self): pass\n", False, False),
     ("class A(DTensorTestBase):\n    pass\n", False, False),
     ("class A(MultiProcessTestCase:\n", False, False),
 ]
+
+
+def test_a_collected_class_whose_world_has_no_ranks_does_not_start_the_server():
+    # Read after import, as the test will read it: a world size below 1 starts
+    # no rank; a value that cannot be read counts as ranks that start.
+    from distspawn import MultiProcessTestCase
+    from distspawn.integrations.pytest_plugin import _world_has_no_ranks
+
+    def sized(world_size):
+        return type("Sized", (MultiProcessTestCase,), {"world_size": world_size})
+
+    def broken(self):
+        raise RuntimeError("no device query here")
+
+    assert _world_has_no_ranks(sized(property(lambda self: 0)))
+    assert _world_has_no_ranks(sized(0))
+    assert not _world_has_no_ranks(sized(property(lambda self: 2)))
+    assert not _world_has_no_ranks(sized("2"))
+    assert not _world_has_no_ranks(sized(property(broken)))
+    assert not _world_has_no_ranks(MultiProcessTestCase)
 
 
 @pytest.mark.parametrize("source, without, with_one", SKIP_GUESSES)

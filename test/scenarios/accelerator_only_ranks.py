@@ -1,7 +1,8 @@
 """Rank tests written for accelerators, beside a plain test.
 
 Every multi-process test here skips on a machine without an accelerator: by
-a class decorator, by a decorator on each test, or by a pytest mark. pytest
+a class decorator, by a decorator on each test, by a pytest mark, or by a
+world of as many ranks as there are GPUs (none). pytest
 should start no rank server for the file (a server importing torch would
 only compete with collection for the CPUs); run with ``-p count_server_starts``,
 the run ends with how many it started.
@@ -36,6 +37,19 @@ class EachTestNeedsGPUs(MultiProcessTestCase):
 
     @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
     def test_all_gather(self):
+        pass
+
+
+class RankPerGPU(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return min(torch.cuda.device_count(), 4)
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_reduce_scatter(self):
         pass
 
 
