@@ -419,9 +419,9 @@ def _world_sized_by_accelerators(cls: Any, local_classes: dict[str, Any]) -> boo
                          if ast.unparse(base) in local_classes)]:
         for item in owner.body:
             if isinstance(item, ast.FunctionDef) and item.name == "world_size":
-                returns = [statement for statement in item.body
-                           if isinstance(statement, ast.Return)]
-                value = returns[0].value if len(returns) == len(item.body) == 1 else None
+                body = item.body  # read only where it is one return
+                value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) \
+                    else None
             elif isinstance(item, ast.Assign) and any(
                     getattr(target, "id", None) == "world_size" for target in item.targets):
                 value = item.value
@@ -437,7 +437,8 @@ def _counts_accelerators(value: Any) -> bool:
     name = ast.unparse(value.func)
     if name == "min":
         return any(_counts_accelerators(arg) for arg in value.args)
-    return name.endswith("device_count") and bool(_ACCELERATOR_WORDS.search(name[:-12]))
+    owner = name.removesuffix("device_count")
+    return owner != name and bool(_ACCELERATOR_WORDS.search(owner))
 
 
 def _own_tests(cls: Any) -> list:

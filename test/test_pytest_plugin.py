@@ -256,7 +256,7 @@ def test_a_collected_class_whose_world_has_no_ranks_does_not_start_the_server():
     # Read after import, as the test will read it: a world size below 1 starts
     # no rank; a value that cannot be read counts as ranks that start.
     from distspawn import MultiProcessTestCase
-    from distspawn.integrations.pytest_plugin import _world_has_no_ranks
+    from distspawn.cases.empty_world import world_has_no_ranks as _world_has_no_ranks
 
     def sized(world_size):
         return type("Sized", (MultiProcessTestCase,), {"world_size": world_size})

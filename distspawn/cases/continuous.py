@@ -38,7 +38,7 @@ from ..fixtures.device_probe import accelerator_type, backend_for_device, build_
 from .dist_backend import backend_is_available
 from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from ..engine.capacity import check_rank_capacity, validate_world_size
-from .empty_world import ranks_to_start
+from .empty_world import declared_world_size, ranks_to_start
 from ..engine.rank_threads import rank_environment
 from .multiprocess import start_failure_hint
 from ..engine.supervisor import (RankProcess, RankSupervisor, end_processes, log_size,
@@ -230,11 +230,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
 
     @classmethod
     def _resolve_world_size(cls) -> int:
-        declared = inspect.getattr_static(cls, "world_size", None)
-        if isinstance(declared, property):
-            value = declared.fget(object.__new__(cls))
-        else:
-            value = cls.world_size
+        value = declared_world_size(cls)
         if value == -2:
             device_type = cls._class_device_type()
             if device_type == "cpu":
@@ -260,8 +256,12 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         return cls.__dict__.get("_live_pool")
 
     @classmethod
-    def _start_pool(cls) -> _Pool:
+    def _start_pool(cls) -> _Pool | None:
+        """The class's reused workers, started; None for a world of no ranks
+        (the stand-in mode: upstream passes its tests without running them)."""
         world_size = cls._resolve_world_size()
+        if world_size == 0:
+            return None
         backend = cls.backend_str()
         if backend is not None and not backend_is_available(backend):
             raise unittest.SkipTest(f"backend {backend!r} is not available in this torch")
@@ -324,11 +324,9 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
 
     def _join_ranks(self, fn: Callable) -> None:
         cls = type(self)
-        pool = cls._pool()
+        pool = cls._pool() or cls._start_pool()
         if pool is None:
-            if cls._resolve_world_size() == 0:
-                return  # the stand-in mode: upstream passes a world of no ranks
-            pool = cls._start_pool()
+            return  # a world of no ranks, passed in the stand-in mode
         test_id = self.id()
         fresh_file = None
         if cls.fresh_process_group_per_test:

@@ -12,11 +12,12 @@ class.
 
 from __future__ import annotations
 
+import inspect
 import unittest
 import warnings
 from typing import Any
 
-from ..engine.capacity import validate_world_size
+from ..engine.capacity import validate_world_size, world_size_number
 
 _warned: set[str] = set()
 
@@ -32,7 +33,7 @@ def ranks_to_start(value: Any, owner: str, upstream_verdicts: bool) -> int:
     of 0 otherwise skips the test. Anything else that is not an integer >= 1
     gets validate_world_size's error.
     """
-    number = _integer(value)
+    number = world_size_number(value)
     if number is not None and number < 1:
         if upstream_verdicts:
             if owner not in _warned:
@@ -49,14 +50,23 @@ def ranks_to_start(value: Any, owner: str, upstream_verdicts: bool) -> int:
     return validate_world_size(value, owner)
 
 
-def _integer(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return None
-    return None
+def declared_world_size(cls: type) -> Any:
+    """``cls.world_size`` as a test of the class reads it, asked without one (a
+    property is asked on a bare instance)."""
+    declared = inspect.getattr_static(cls, "world_size", None)
+    if isinstance(declared, property):
+        return declared.fget(object.__new__(cls))
+    return getattr(cls, "world_size", None)
+
+
+def world_has_no_ranks(cls: type) -> bool:
+    """Whether ``cls``'s world size, read before any test runs, is below 1.
+
+    Whatever cannot be read here counts as ranks that start: the test itself
+    will say what is wrong.
+    """
+    try:
+        number = world_size_number(declared_world_size(cls))
+    except Exception:  # noqa: BLE001 - a device query, a missing attribute, ...
+        return False
+    return number is not None and number < 1

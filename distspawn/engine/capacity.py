@@ -105,19 +105,23 @@ def check_rank_capacity(world_size: int, start_method: str | None, owner: str) -
             f"{MAX_RANKS_VAR} to the number this machine can take.")
 
 
+def world_size_number(value: Any) -> int | None:
+    """``value`` as an int (an int or a string holding one; not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 def validate_world_size(value: Any, owner: str) -> int:
     """``value`` as an int >= 1 (an int or a string holding one), else a clear error."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    number = world_size_number(value)
+    if number is None:
+        of_type = "" if isinstance(value, str) else f" of type {type(value).__name__}"
         raise ValueError(
-            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r} "
-            f"of type {type(value).__name__}"
-        )
-    try:
-        number = int(value)
-    except ValueError:
-        raise ValueError(
-            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r}"
-        ) from None
+            f"{owner} must be an integer >= 1 (or a string holding one), got {value!r}{of_type}")
     if number < 1:
         raise ValueError(f"{owner} must be an integer >= 1, got {value!r}")
     return number

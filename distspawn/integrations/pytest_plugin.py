@@ -7,13 +7,13 @@ once a test module has imported distspawn.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import pytest
 
 from ..cases.testcase import RankDispatchingTestCase
 from ..engine.verdict import RANK_FAILURES
+from ..cases.empty_world import world_has_no_ranks
 from ..cases.sized_variants import sized_class
 from .world_sizes import machine_max_world_size, parse_world_sizes
 
@@ -218,7 +218,8 @@ def adopt_early_rank_server(list_socket: Any, environ_path: str) -> None:
 def _start_rank_server_early(cls: type) -> None:
     # The first multi-process test class collected: the server starts
     # importing torch now, while pytest collects the rest.
-    if _forkserver_class(cls) and _class_may_run_a_test(cls) and not _world_has_no_ranks(cls):
+    # (A world sized from the accelerators, on a machine without: no rank starts.)
+    if _forkserver_class(cls) and _class_may_run_a_test(cls) and not world_has_no_ranks(cls):
         _start_quietly([cls.__module__], more_to_come=True)
 
 
@@ -271,20 +272,6 @@ def _item_may_run(item: pytest.Item) -> bool:
                    for attr in ("obj", "cls"))
 
 
-def _world_has_no_ranks(cls: type) -> bool:
-    # A world size below 1 (sized from the accelerators, on a machine without:
-    # torchtitan's min(torch.cuda.device_count(), 4)) starts no rank. Asked of
-    # the class as the test will (a property, on a bare instance); whatever
-    # cannot be read here counts as ranks that start.
-    declared = inspect.getattr_static(cls, "world_size", None)
-    try:
-        value = declared.fget(object.__new__(cls)) if isinstance(declared, property) \
-            else getattr(cls, "world_size", None)
-    except Exception:  # noqa: BLE001 - the test itself will say what is wrong
-        return False
-    return isinstance(value, int) and not isinstance(value, bool) and value < 1
-
-
 def start_rank_server_for(items: list[pytest.Item]) -> None:
     """Start the forkserver with the modules of the collected multi-process tests in it.
 
@@ -299,7 +286,7 @@ def start_rank_server_for(items: list[pytest.Item]) -> None:
     for item in items:
         cls = getattr(item, "cls", None)
         if _forkserver_class(cls) and cls.__module__ not in modules and _item_may_run(item) \
-                and not _world_has_no_ranks(cls):
+                and not world_has_no_ranks(cls):
             modules.append(cls.__module__)
     if modules:
         _start_quietly(modules)  # also tells an early-started server the list
