@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,9 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
     sig, to_group, promised_s = STOPS[stop]
     # The promise, scaled on a loaded machine (harness.load_factor).
     allowed_s = promised_s * load_factor()
-    marker = f"stop-{tier}-{start_method}-{sig}"
+    # Unique to this run: rows that send the same signal may run at once on
+    # other xdist workers, and the clean-up below kills every marked process.
+    marker = f"stop-{tier}-{start_method}-{uuid.uuid4().hex}"
     with tempfile.TemporaryDirectory() as tmp:
         fifo = os.path.join(tmp, "pids")
         os.mkfifo(fifo)

@@ -119,12 +119,15 @@ def test_two_torchrun_nodes_on_loopback():
     import signal
     import subprocess
     import sys
+    import uuid
 
     from distspawn import find_free_port
     from harness import MARKER_VAR, SCENARIOS, processes_with_marker
 
     port = str(find_free_port())
-    env = {**os.environ, MARKER_VAR: "two-nodes"}
+    # Unique: a second suite may run this test at once on the same machine.
+    marker = f"two-nodes-{uuid.uuid4().hex}"
+    env = {**os.environ, MARKER_VAR: marker}
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
          "1", "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", port,
@@ -149,4 +152,4 @@ def test_two_torchrun_nodes_on_loopback():
         assert agent.returncode == 0, output
         assert f"rank {node} of 2 ran test_all_reduce" in output  # each node, its own rank
         assert "Ran 2 tests" in output and "OK" in output
-    assert processes_with_marker("two-nodes") == []
+    assert processes_with_marker(marker) == []
