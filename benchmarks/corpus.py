@@ -1,7 +1,10 @@
 """Real projects' test files, run on upstream's harness and on distspawn, side by side.
 
 Each file of the corpus (``benchmarks/corpus.json``: project, repository,
-commit, path) is run under pytest three ways, one file at a time:
+commit, path) is run under pytest three ways, one file at a time (or, with
+``--together``, each project's files in one session, as a project's suite is
+run: the interpreter, torch and distspawn's rank server start once per
+session, not once per file):
 - ``upstream``: as written, on the harness inside the installed torch;
 - ``stand-in``: as written, with ``--distspawn-stand-in``;
 - ``switched``: a copy beside it with only its imports switched to
@@ -24,6 +27,7 @@ has ``"commit": null`` and its ``index_id`` there instead. An entry with a
     python benchmarks/corpus.py --corpus /tmp/corpus
     python benchmarks/corpus.py --corpus /tmp/corpus --only torchtitan --harnesses stand-in
     python benchmarks/corpus.py --corpus /tmp/corpus --save corpus-verdicts.json
+    python benchmarks/corpus.py --corpus /tmp/corpus --together
 
 Needs ``torch.testing._internal`` to import (``pip install expecttest``) and
 each project's own test dependencies.
@@ -41,11 +45,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import verdicts_from_junit  # noqa: E402
+from side_by_side import junit_cases  # noqa: E402
 
 MANIFEST = Path(__file__).resolve().parent / "corpus.json"
 HARNESSES = ("upstream", "stand-in", "switched")
@@ -142,26 +146,36 @@ def content_mismatches(entries: list[Entry], corpus: Path) -> list[str]:
 
 
 @dataclass
-class FileRun:
-    """One file on one harness."""
+class Run:
+    """Files run together, in one pytest session, on one harness."""
 
-    verdicts: dict[str, str]  # "Class.test" -> verdict
+    verdicts: dict[str, dict[str, str]]  # file path -> "Class.test" -> verdict
     seconds: float
     left_behind: list[str]  # new entries in the temp folder after the run
+    # file path -> "Class.test" -> seconds, as JUnit reports them
+    test_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
-    """Run one file on one harness; read back its verdicts and what it left in the temp folder."""
-    target = root / entry.path
-    switched = None
+def run_files(entries: list[Entry], root: Path, harness: str, timeout: float) -> Run:
+    """Run ``entries`` (files of one project) in one pytest session on one
+    harness; read back each file's verdicts and what the run left in the temp folder."""
+    targets = {entry.path: root / entry.path for entry in entries}
+    switched = []
     if harness == "switched":
-        switched = target.with_name(target.stem + "__distspawn.py")
-        switched.write_text(switch_imports(target.read_text()))
-        target = switched
+        for path, target in targets.items():
+            copy = target.with_name(target.stem + "__distspawn.py")
+            copy.write_text(switch_imports(target.read_text()))
+            switched.append(copy)
+            targets[path] = copy
+    pythonpath = list(dict.fromkeys(str(root / p) for e in entries for p in e.pythonpath))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(root / p) for p in entry.pythonpath] + [os.environ.get("PYTHONPATH", "")])}
+        pythonpath + [os.environ.get("PYTHONPATH", "")])}
     env.pop("DISTSPAWN_STAND_IN", None)
     env.pop("CI", None)  # upstream's run_tests writes XML reports under CI
+
+    def every_file(verdict: str) -> dict[str, dict[str, str]]:
+        return {path: {"(whole file)": verdict} for path in targets}
+
     try:
         with tempfile.TemporaryDirectory(prefix="distspawn-corpus-") as tmp:
             junit = Path(tmp) / "junit.xml"
@@ -169,8 +183,11 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
             # (A TMPDIR of its own per run would be cleaner, but inductor keeps
             # caches under it, and every run would then compile from cold.)
             before = _temp_entries()
-            command = [sys.executable, "-m", "pytest", str(target), "-q",
-                       "-p", "no:cacheprovider", f"--junitxml={junit}"]
+            # A file that fails to collect (one newer than the torch installed)
+            # would otherwise stop the whole session before any test runs.
+            command = [sys.executable, "-m", "pytest", *map(str, targets.values()), "-q",
+                       "-p", "no:cacheprovider", "--continue-on-collection-errors",
+                       f"--junitxml={junit}"]
             if harness == "stand-in":
                 command.append("--distspawn-stand-in")
             started = time.monotonic()
@@ -178,19 +195,68 @@ def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> FileRun:
                 subprocess.run(command, env=env, cwd=root, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=timeout, check=False)
             except subprocess.TimeoutExpired:
-                return FileRun({"(whole file)": f"timeout after {timeout:.0f} s"}, timeout,
-                               sorted(_temp_entries() - before))
+                return Run(every_file(f"timeout after {timeout:.0f} s"), timeout,
+                           sorted(_temp_entries() - before))
             elapsed = time.monotonic() - started
             left = sorted(_temp_entries() - before)
             if not junit.exists():
-                return FileRun({"(whole file)": "fail: pytest wrote no report"}, elapsed, left)
-            # The switched copy's module name shows in names of collection errors.
-            return FileRun({name.replace("__distspawn", ""): verdict
-                            for name, verdict in verdicts_from_junit(junit).items()},
-                           elapsed, left)
+                return Run(every_file("fail: pytest wrote no report"), elapsed, left)
+            verdicts, test_seconds = _verdicts_by_file(junit, targets, root)
+            return Run(verdicts, elapsed, left, test_seconds)
     finally:
-        if switched is not None:
-            switched.unlink(missing_ok=True)
+        for copy in switched:
+            copy.unlink(missing_ok=True)
+
+
+def _verdicts_by_file(junit: Path, targets: dict[str, Path], root: Path
+                      ) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, float]]]:
+    # JUnit names a test's class by its node id: the file's path from pytest's
+    # rootdir, dotted, then its classes. The rootdir may be below ``root``,
+    # so the longest dotted tail of a file's path that starts the class name
+    # picks its file.
+    dotted = {path: target.relative_to(root).with_suffix("").as_posix().split("/")
+              for path, target in targets.items()}
+    verdicts: dict[str, dict[str, str]] = {path: {} for path in targets}
+    seconds: dict[str, dict[str, float]] = {path: {} for path in targets}
+    for classname, test, verdict, took in junit_cases(junit):
+        full = f"{classname}.{test}" if classname else test
+        owner, matched = None, 0
+        for path, parts in dotted.items():
+            for start in range(len(parts)):
+                tail = ".".join(parts[start:])
+                if (full == tail or full.startswith(tail + ".")) and len(parts) - start > matched:
+                    owner, matched = path, len(parts) - start
+        # The switched copy's module name shows in names of collection errors.
+        name = f"{classname.rsplit('.', 1)[-1]}.{test}".replace("__distspawn", "")
+        for path in [owner] if owner else targets:  # a conftest's error: every file's
+            verdicts[path][name] = verdict
+            seconds[path][name] = took
+    return verdicts, seconds
+
+
+def run_file(entry: Entry, root: Path, harness: str, timeout: float) -> Run:
+    """Run one file by itself on one harness."""
+    return run_files([entry], root, harness, timeout)
+
+
+def sessions(entries: list[Entry], together: bool) -> list[list[Entry]]:
+    """The files each pytest session runs: one file each, or (``together``)
+    each project's files in as few sessions as pytest can import them in.
+    pytest's default import mode imports a file by its name, so two files of
+    one name go to different sessions."""
+    if not together:
+        return [[entry] for entry in entries]
+    groups: list[list[Entry]] = []
+    for entry in entries:
+        name = Path(entry.path).name
+        for group in groups:
+            if group[0].project == entry.project and all(
+                    Path(other.path).name != name for other in group):
+                group.append(entry)
+                break
+        else:
+            groups.append([entry])
+    return groups
 
 
 def _temp_entries() -> set[str]:
@@ -233,8 +299,12 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, from {', '.join(HARNESSES)} (default: all)")
     parser.add_argument("--only", default=None, help="run only this project's files")
     parser.add_argument("--timeout", type=float, default=1800,
-                        help="seconds allowed for one file on one harness")
+                        help="seconds allowed for one session (a file, or a project's "
+                             "files with --together) on one harness")
     parser.add_argument("--save", type=Path, help="write every verdict to this JSON file")
+    parser.add_argument("--together", action="store_true",
+                        help="run each project's files in one pytest session per harness, "
+                             "as a project's suite is run, instead of one file at a time")
     args = parser.parse_args(argv)
     harnesses = args.harnesses.split(",")
     unknown = sorted(set(harnesses) - set(HARNESSES))
@@ -253,36 +323,49 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     totals = {h: 0.0 for h in harnesses}
     left_totals = {h: 0 for h in harnesses}
-    header = ["file", "tests", *[f"{h} s" for h in harnesses]] + [
+    # Seconds spent in the tests that fail on every harness: they are not
+    # counted in the verdicts, and some (a training run in a subprocess of its
+    # own) take as long on every harness.
+    uncounted = {h: 0.0 for h in harnesses}
+    header = ["files" if args.together else "file", "tests", *[f"{h} s" for h in harnesses]] + [
         f"{h}: same/better/differ" for h in harnesses if h != "upstream"] + [
         "left in the temp folder (" + "/".join(harnesses) + ")"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
-    for entry in entries:
-        root = args.corpus / entry.project
-        runs = {h: run_file(entry, root, h, args.timeout) for h in harnesses}
+    for group in sessions(entries, args.together):
+        root = args.corpus / group[0].project
+        runs = {h: run_files(group, root, h, args.timeout) for h in harnesses}
         for harness, run in runs.items():
             totals[harness] += run.seconds
             left_totals[harness] += len(run.left_behind)
-        failing = set.intersection(*[{n for n, v in run.verdicts.items() if kind(v) != "pass"
-                                      and kind(v) != "skip"} for run in runs.values()])
-        row_results = {"runs": {h: {"verdicts": run.verdicts, "seconds": run.seconds,
-                                    "left_behind": run.left_behind}
-                                for h, run in runs.items()},
-                       "failing_everywhere": sorted(failing)}
-        cells = []
-        if "upstream" in runs:
-            for harness in harnesses:
-                if harness == "upstream":
-                    continue
-                outcome = compare(runs["upstream"].verdicts, runs[harness].verdicts, failing)
-                row_results[harness] = outcome
-                cells.append(f"{len(outcome['same'])}/{len(outcome['better'])}/"
-                             f"{len(outcome['differ'])}")
-        counted = len(set().union(*[run.verdicts for run in runs.values()]) - failing)
-        results[f"{entry.project}/{entry.path}"] = row_results
-        print(f"| {entry.project}/{entry.path} | {counted} | "
+        counted, cells = 0, {h: [0, 0, 0] for h in harnesses if h != "upstream"}
+        for entry in group:
+            verdicts = {h: run.verdicts[entry.path] for h, run in runs.items()}
+            failing = set.intersection(*[{n for n, v in found.items()
+                                          if kind(v) not in ("pass", "skip")}
+                                         for found in verdicts.values()])
+            for harness, run in runs.items():
+                uncounted[harness] += sum(run.test_seconds.get(entry.path, {}).get(name, 0.0)
+                                          for name in failing)
+            row_results = {"runs": {h: {"verdicts": verdicts[h], "seconds": run.seconds,
+                                        "test_seconds": run.test_seconds.get(entry.path, {}),
+                                        "left_behind": run.left_behind}
+                                    for h, run in runs.items()},
+                           "session_files": len(group),
+                           "failing_everywhere": sorted(failing)}
+            if "upstream" in runs:
+                for harness in cells:
+                    outcome = compare(verdicts["upstream"], verdicts[harness], failing)
+                    row_results[harness] = outcome
+                    for i, key in enumerate(("same", "better", "differ")):
+                        cells[harness][i] += len(outcome[key])
+            counted += len(set().union(*verdicts.values()) - failing)
+            results[f"{entry.project}/{entry.path}"] = row_results
+        label = (f"{group[0].project}/{group[0].path}" if len(group) == 1
+                 else f"{group[0].project}: {len(group)} files in one session")
+        print(f"| {label} | {counted} | "
               + " | ".join(f"{runs[h].seconds:.1f}" for h in harnesses)
-              + (" | " + " | ".join(cells) if cells else "")
+              + ("".join(f" | {'/'.join(map(str, c))}" for c in cells.values())
+                 if "upstream" in runs else "")
               + " | " + "/".join(str(len(runs[h].left_behind)) for h in harnesses) + " |",
               flush=True)
     print("\ntotal seconds: " + ", ".join(f"{h} {s:.0f}" for h, s in totals.items()))
@@ -292,7 +375,15 @@ def main(argv: list[str] | None = None) -> int:
         for harness in harnesses:
             if harness != "upstream":
                 print(f"{harness}: {totals['upstream'] / max(totals[harness], 1e-9):.1f}x "
-                      "faster than upstream, summed over files")
+                      "faster than upstream, summed over "
+                      + ("sessions" if args.together else "files"))
+        print("in the tests that fail on every harness (not counted): "
+              + ", ".join(f"{h} {s:.0f} s" for h, s in uncounted.items()))
+        for harness in harnesses:
+            if harness != "upstream":
+                rest = {h: totals[h] - uncounted[h] for h in ("upstream", harness)}
+                print(f"{harness}: {rest['upstream'] / max(rest[harness], 1e-9):.1f}x "
+                      "faster than upstream without them")
     for name, row in results.items():
         for harness in harnesses:
             for test in row.get(harness, {}).get("differ", []):

@@ -36,21 +36,33 @@ UPSTREAM_SUITE = ROOT / "test" / "scenarios" / "upstream_dist_suite.py"
 HARNESSES = ("distspawn", "upstream", "stand-in")
 
 
+def junit_cases(path: Path) -> list[tuple[str, str, str, float]]:
+    """Each test case of a JUnit XML file: its full class name (the test's
+    module path, dotted, then its classes), its name, "pass", "fail" or
+    "skip: <reason>", and its seconds."""
+    cases = []
+    for case in ElementTree.parse(path).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            verdict = "fail"
+        elif (skipped := case.find("skipped")) is not None:
+            verdict = "skip: " + (skipped.get("message") or "").removeprefix(
+                "SkipTest: ").strip()
+        else:
+            verdict = "pass"
+        cases.append((case.get("classname", ""), case.get("name", ""), verdict,
+                      float(case.get("time") or 0.0)))
+    return cases
+
+
 def verdicts_from_junit(path: Path, times: dict[str, float] | None = None) -> dict[str, str]:
     """"Class.test" -> "pass", "fail" or "skip: <reason>" from a JUnit XML file
     (and each test's seconds into ``times``, when given)."""
     verdicts = {}
-    for case in ElementTree.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}"
+    for classname, test, verdict, seconds in junit_cases(path):
+        name = f"{classname.rsplit('.', 1)[-1]}.{test}"
         if times is not None:
-            times[name] = float(case.get("time") or 0.0)
-        if case.find("failure") is not None or case.find("error") is not None:
-            verdicts[name] = "fail"
-        elif (skipped := case.find("skipped")) is not None:
-            verdicts[name] = "skip: " + (skipped.get("message") or "").removeprefix(
-                "SkipTest: ").strip()
-        else:
-            verdicts[name] = "pass"
+            times[name] = seconds
+        verdicts[name] = verdict
     return verdicts
 
 

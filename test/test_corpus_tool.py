@@ -79,6 +79,43 @@ def test_what_a_run_leaves_in_the_temp_folder_is_counted(tmp_path, monkeypatch):
         "    (tmp_path / 'kept-by-pytest').write_text('')\n")
     run = run_file(Entry("proj", "owner/proj", "abc", "test_leaves.py"), tmp_path / "proj",
                    "upstream", timeout=120)
-    assert run.verdicts == {"test_leaves.test_leaves_a_file": "pass",
-                            "test_leaves.test_uses_tmp_path": "pass"}, run.verdicts
+    assert run.verdicts == {"test_leaves.py": {"test_leaves.test_leaves_a_file": "pass",
+                                               "test_leaves.test_uses_tmp_path": "pass"}}, \
+        run.verdicts
     assert len(run.left_behind) == 1 and run.left_behind[0].startswith("left-")
+
+
+def test_a_projects_files_share_sessions_and_each_verdict_finds_its_file(tmp_path):
+    from corpus import Entry, run_files, sessions
+
+    project = tmp_path / "proj"
+    for folder in ("tests/a", "tests/b"):
+        (project / folder).mkdir(parents=True)
+    (project / "tests" / "a" / "test_one.py").write_text(
+        "import unittest\n"
+        "class TestShared(unittest.TestCase):\n"
+        "    def test_x(self):\n        pass\n")
+    (project / "tests" / "b" / "test_two.py").write_text(
+        "import unittest\n"
+        "class TestShared(unittest.TestCase):\n"
+        "    def test_x(self):\n        self.fail('two')\n"
+        "def test_plain():\n    pass\n")
+    (project / "tests" / "b" / "test_one.py").write_text("def test_y():\n    pass\n")
+    one, two, same_name = (Entry("proj", "owner/proj", "abc", path) for path in (
+        "tests/a/test_one.py", "tests/b/test_two.py", "tests/b/test_one.py"))
+    other = Entry("other", "owner/other", "abc", "test_z.py")
+    # Two files of one name cannot share a session (pytest imports a file by
+    # its name); another project's file never does.
+    assert sessions([one, two, same_name, other], together=True) == [
+        [one, two], [same_name], [other]]
+    assert sessions([one, two], together=False) == [[one], [two]]
+
+    run = run_files([one, two], project, "upstream", timeout=120)
+    assert run.verdicts == {
+        "tests/a/test_one.py": {"TestShared.test_x": "pass"},
+        "tests/b/test_two.py": {"TestShared.test_x": "fail", "test_two.test_plain": "pass"},
+    }, run.verdicts
+    # Each test's seconds, filed the same way (the time of tests that fail on
+    # every harness is reported apart).
+    assert {path: set(times) for path, times in run.test_seconds.items()} == {
+        path: set(found) for path, found in run.verdicts.items()}
