@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_by_side import junit_cases  # noqa: E402
+from side_by_side import case_name, junit_cases  # noqa: E402
 
 MANIFEST = Path(__file__).resolve().parent / "corpus.json"
 HARNESSES = ("upstream", "stand-in", "switched")
@@ -227,7 +227,7 @@ def _verdicts_by_file(junit: Path, targets: dict[str, Path], root: Path
                 if (full == tail or full.startswith(tail + ".")) and len(parts) - start > matched:
                     owner, matched = path, len(parts) - start
         # The switched copy's module name shows in names of collection errors.
-        name = f"{classname.rsplit('.', 1)[-1]}.{test}".replace("__distspawn", "")
+        name = case_name(classname, test).replace("__distspawn", "")
         for path in [owner] if owner else targets:  # a conftest's error: every file's
             verdicts[path][name] = verdict
             seconds[path][name] = took

@@ -54,12 +54,17 @@ def junit_cases(path: Path) -> list[tuple[str, str, str, float]]:
     return cases
 
 
+def case_name(classname: str, test: str) -> str:
+    """"Class.test": a JUnit case's innermost class (or module) and its name."""
+    return f"{classname.rsplit('.', 1)[-1]}.{test}"
+
+
 def verdicts_from_junit(path: Path, times: dict[str, float] | None = None) -> dict[str, str]:
     """"Class.test" -> "pass", "fail" or "skip: <reason>" from a JUnit XML file
     (and each test's seconds into ``times``, when given)."""
     verdicts = {}
     for classname, test, verdict, seconds in junit_cases(path):
-        name = f"{classname.rsplit('.', 1)[-1]}.{test}"
+        name = case_name(classname, test)
         if times is not None:
             times[name] = seconds
         verdicts[name] = verdict
