@@ -28,6 +28,12 @@ has ``"commit": null`` and its ``index_id`` there instead. An entry with a
     python benchmarks/corpus.py --corpus /tmp/corpus --only torchtitan --harnesses stand-in
     python benchmarks/corpus.py --corpus /tmp/corpus --save corpus-verdicts.json
     python benchmarks/corpus.py --corpus /tmp/corpus --together
+    python benchmarks/corpus.py --corpus /tmp/corpus --floor
+
+``--floor`` also times each session's ``pytest --collect-only`` (no harness):
+the interpreter, torch, the project's imports and collection, which every
+harness pays before its first test. The time beyond it is the tests' own,
+and the ratio over that is printed too.
 
 Needs ``torch.testing._internal`` to import (``pip install expecttest``) and
 each project's own test dependencies.
@@ -53,6 +59,8 @@ from side_by_side import case_name, junit_cases  # noqa: E402
 
 MANIFEST = Path(__file__).resolve().parent / "corpus.json"
 HARNESSES = ("upstream", "stand-in", "switched")
+# Not a harness: pytest collecting the files and running nothing (--floor).
+COLLECT_ONLY = "collect-only"
 
 # README's migration table: upstream module -> distspawn module.
 SWITCHED_MODULES = {
@@ -190,6 +198,8 @@ def run_files(entries: list[Entry], root: Path, harness: str, timeout: float) ->
                        f"--junitxml={junit}"]
             if harness == "stand-in":
                 command.append("--distspawn-stand-in")
+            elif harness == COLLECT_ONLY:
+                command.append("--collect-only")
             started = time.monotonic()
             try:
                 subprocess.run(command, env=env, cwd=root, stdout=subprocess.DEVNULL,
@@ -302,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds allowed for one session (a file, or a project's "
                              "files with --together) on one harness")
     parser.add_argument("--save", type=Path, help="write every verdict to this JSON file")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time each session's pytest --collect-only, and give "
+                             "the ratio over the time beyond it")
     parser.add_argument("--together", action="store_true",
                         help="run each project's files in one pytest session per harness, "
                              "as a project's suite is run, instead of one file at a time")
@@ -327,13 +340,17 @@ def main(argv: list[str] | None = None) -> int:
     # counted in the verdicts, and some (a training run in a subprocess of its
     # own) take as long on every harness.
     uncounted = {h: 0.0 for h in harnesses}
-    header = ["files" if args.together else "file", "tests", *[f"{h} s" for h in harnesses]] + [
+    floor = 0.0  # seconds of the collect-only runs (--floor)
+    header = ["files" if args.together else "file", "tests", *[f"{h} s" for h in harnesses],
+              *(["collect-only s"] if args.floor else [])] + [
         f"{h}: same/better/differ" for h in harnesses if h != "upstream"] + [
         "left in the temp folder (" + "/".join(harnesses) + ")"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
     for group in sessions(entries, args.together):
         root = args.corpus / group[0].project
         runs = {h: run_files(group, root, h, args.timeout) for h in harnesses}
+        collect = run_files(group, root, COLLECT_ONLY, args.timeout) if args.floor else None
+        floor += collect.seconds if collect else 0.0
         for harness, run in runs.items():
             totals[harness] += run.seconds
             left_totals[harness] += len(run.left_behind)
@@ -351,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "left_behind": run.left_behind}
                                     for h, run in runs.items()},
                            "session_files": len(group),
+                           **({"collect_only_seconds": collect.seconds} if collect else {}),
                            "failing_everywhere": sorted(failing)}
             if "upstream" in runs:
                 for harness in cells:
@@ -364,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                  else f"{group[0].project}: {len(group)} files in one session")
         print(f"| {label} | {counted} | "
               + " | ".join(f"{runs[h].seconds:.1f}" for h in harnesses)
+              + (f" | {collect.seconds:.1f}" if collect else "")
               + ("".join(f" | {'/'.join(map(str, c))}" for c in cells.values())
                  if "upstream" in runs else "")
               + " | " + "/".join(str(len(runs[h].left_behind)) for h in harnesses) + " |",
@@ -384,6 +403,14 @@ def main(argv: list[str] | None = None) -> int:
                 rest = {h: totals[h] - uncounted[h] for h in ("upstream", harness)}
                 print(f"{harness}: {rest['upstream'] / max(rest[harness], 1e-9):.1f}x "
                       "faster than upstream without them")
+        if args.floor:
+            print(f"collect-only (pytest's start, imports, collection): {floor:.0f} s")
+            beyond = {h: totals[h] - floor for h in harnesses}
+            for harness in harnesses:
+                if harness != "upstream":
+                    print(f"{harness}: {beyond['upstream'] / max(beyond[harness], 1e-9):.1f}x "
+                          f"faster than upstream beyond it ({beyond['upstream']:.0f} s against "
+                          f"{beyond[harness]:.0f} s)")
     for name, row in results.items():
         for harness in harnesses:
             for test in row.get(harness, {}).get("differ", []):

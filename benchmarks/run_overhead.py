@@ -16,7 +16,14 @@ files are on a machine without the hardware their rank tests ask for.
 ranks on distspawn's engine). A run past ``--timeout`` is ended with all it
 started and counted in the last column, not in the medians.
 
+``--first-rank`` runs a file whose one test starts two ranks, written for
+upstream's harness, and adds how long after the test's setUp began its first
+rank ran the test's body: upstream's harness starts fresh interpreters there
+(plugin off); the stand-in mode forks them from the rank server, started while
+pytest collected the file.
+
     python benchmarks/run_overhead.py --rounds 5
+    python benchmarks/run_overhead.py --rounds 5 --first-rank
     python benchmarks/run_overhead.py --rounds 5 --file examples/test_allreduce.py
     python benchmarks/run_overhead.py --rounds 10 --timeout 60 --file .../test_functional_api.py
 """
@@ -37,6 +44,9 @@ from pathlib import Path
 MODES = {"plugin off": ["-p", "no:distspawn"], "plugin": [],
          "stand-in": ["--distspawn-stand-in"]}
 MARKER_VAR = "DISTSPAWN_BENCH_RUN_MARKER"
+# Where --first-rank's file writes when its test's setUp began and when each
+# rank ran the test's body (time.time(), one "what seconds" line each).
+STAMPS_VAR = "DISTSPAWN_BENCH_STAMPS"
 DEFAULT_FILE = '''
 import unittest
 
@@ -53,6 +63,51 @@ class NeedsEightAccelerators(MultiProcessTestCase):
 def test_plain():
     assert torch.ones(1).item() == 1.0
 '''
+
+
+FIRST_RANK_FILE = f'''
+import os
+import time
+
+from torch.testing._internal.common_distributed import MultiProcessTestCase
+from torch.testing._internal.common_utils import run_tests
+
+
+def stamp(what):
+    with open(os.environ["{STAMPS_VAR}"], "a") as stamps:
+        stamps.write(f"{{what}} {{time.time()}}\\n")
+
+
+class TwoRanks(MultiProcessTestCase):
+    @property
+    def world_size(self):
+        return 2
+
+    def setUp(self):
+        stamp("setUp")
+        super().setUp()
+        self._spawn_processes()
+
+    def test_rank_runs(self):
+        stamp(f"rank{{self.rank}}")
+
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
+
+def first_rank_delay(stamps: Path) -> float | None:
+    """Seconds from the test's setUp to the first rank in its body, if stamped."""
+    if not stamps.exists():
+        return None
+    times: dict[str, list[float]] = {}
+    for line in stamps.read_text().splitlines():
+        what, seconds = line.split()
+        times.setdefault("rank" if what.startswith("rank") else what, []).append(float(seconds))
+    if "setUp" not in times or "rank" not in times:
+        return None
+    return min(times["rank"]) - min(times["setUp"])
 
 
 def busy_cpu_s() -> float:
@@ -78,7 +133,8 @@ def marked_processes(marker: str) -> list[int]:
 def one_run(test_file: Path, mode: str, timeout: float) -> dict[str, float] | None:
     """One pytest run's figures, or None where it ran past ``timeout`` (then it is ended)."""
     marker = uuid.uuid4().hex
-    env = {**os.environ, MARKER_VAR: marker}
+    stamps = Path(tempfile.gettempdir()) / f"ds-bench-stamps-{marker}"
+    env = {**os.environ, MARKER_VAR: marker, STAMPS_VAR: str(stamps)}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                str(test_file), *MODES[mode]]
     # Output to a file, not a pipe: a process that outlives pytest holding
@@ -111,13 +167,21 @@ def one_run(test_file: Path, mode: str, timeout: float) -> dict[str, float] | No
         if returncode not in (0, 1, 5):
             output.seek(0)
             raise SystemExit(f"pytest {mode} failed:\n{output.read()}")
-    return {"wall": ended - started, "outlived": time.monotonic() - ended,
-            "cpu": busy_cpu_s() - cpu_before, "exit": returncode}
+    figures = {"wall": ended - started, "outlived": time.monotonic() - ended,
+               "cpu": busy_cpu_s() - cpu_before, "exit": returncode}
+    delay = first_rank_delay(stamps)
+    stamps.unlink(missing_ok=True)
+    if delay is not None:
+        figures["first rank"] = delay
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--file", type=Path, help="the test file (default: see above)")
+    parser.add_argument("--first-rank", action="store_true",
+                        help="run a file whose one test starts two ranks, and add how long "
+                             "its first rank took to start (see above)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each mode (default 3)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds after which a run is ended and counted as hung "
@@ -125,11 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds={args.rounds}: give a whole number >= 1")
+    if args.first_rank and args.file:
+        parser.error("--first-rank runs its own file: give --file or --first-rank, not both")
     if args.timeout <= 0:
         parser.error(f"--timeout={args.timeout}: give a number of seconds > 0")
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
-        test_file = args.file.resolve() if args.file else Path(tmp) / "test_no_rank.py"
-        if not args.file:
+        if args.file:
+            test_file = args.file.resolve()
+        elif args.first_rank:
+            test_file = Path(tmp) / "test_two_ranks.py"
+            test_file.write_text(FIRST_RANK_FILE)
+        else:
+            test_file = Path(tmp) / "test_no_rank.py"
             test_file.write_text(DEFAULT_FILE)
         results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
         hung = {mode: 0 for mode in MODES}
@@ -141,12 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     results[mode].append(run)
     print(f"{test_file.name}, {args.rounds} rounds; medians (min-max) of the runs that ended")
+    columns = ["wall", "outlived", "cpu"] + (["first rank"] if args.first_rank else [])
     print(f"{'mode':<12}{'wall s':>21}{'outlived s':>21}{'busy CPU s':>21}"
-          f"{f'past {args.timeout:g} s':>14}{'exit codes':>12}")
+          + (f"{'first rank s':>21}" if args.first_rank else "")
+          + f"{f'past {args.timeout:g} s':>14}{'exit codes':>12}")
     for mode, runs in results.items():
         cells = []
-        for key in ("wall", "outlived", "cpu"):
-            values = [run[key] for run in runs]
+        for key in columns:
+            values = [run[key] for run in runs if key in run]
             cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
                          if values else "-")
         codes = ",".join(str(code) for code in sorted({run["exit"] for run in runs})) or "-"

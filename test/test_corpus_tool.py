@@ -119,3 +119,19 @@ def test_a_projects_files_share_sessions_and_each_verdict_finds_its_file(tmp_pat
     # every harness is reported apart).
     assert {path: set(times) for path, times in run.test_seconds.items()} == {
         path: set(found) for path, found in run.verdicts.items()}
+
+
+def test_the_floor_run_collects_and_runs_no_test(tmp_path):
+    from corpus import COLLECT_ONLY, Entry, run_file
+
+    (tmp_path / "proj").mkdir()
+    ran = tmp_path / "ran"
+    (tmp_path / "proj" / "test_marks.py").write_text(
+        "from pathlib import Path\n"
+        f"def test_marks():\n    Path({str(ran)!r}).write_text('')\n")
+    entry = Entry("proj", "owner/proj", "abc", "test_marks.py")
+    floor = run_file(entry, tmp_path / "proj", COLLECT_ONLY, timeout=120)
+    assert floor.verdicts == {"test_marks.py": {}} and not ran.exists()
+    assert run_file(entry, tmp_path / "proj", "upstream", timeout=120).verdicts == {
+        "test_marks.py": {"test_marks.test_marks": "pass"}}
+    assert ran.exists()
