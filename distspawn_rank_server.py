@@ -141,13 +141,13 @@ def _look_like_a_rank_process() -> None:
     multiprocessing.current_process().name = "distspawn rank server"
 
 
-def _end_at_once(server_pid: int) -> None:
+def _end_at_once() -> None:
     # The server's last at-exit step: a normal exit would then tear down
     # torch, dynamo and the test modules, about 0.8 s of CPU after the test
     # process has gone (and what reads its output waits for that). First the
     # clean-ups of what the server made itself (a temporary folder), as a
     # normal exit runs them; its ranks were forked and end through os._exit.
-    if os.getpid() != server_pid:
+    if os.getpid() != _server_settings.get("pid"):
         return
     try:
         from distspawn.engine import forked_exit
@@ -163,7 +163,7 @@ def _end_at_once(server_pid: int) -> None:
     os._exit(0)
 
 
-_server_settings: dict[str, str] = {}
+_server_settings: dict[str, Any] = {}
 # Stopped by distspawn.engine.preload once everything a rank needs is imported.
 preload_recording = EnvironRecording()
 # Only in the server: the test process (the pytest plugin starts the server
@@ -175,8 +175,15 @@ if os.environ.pop(SERVER_VAR, None) == "1":
     _look_like_a_rank_process()
     # Registered before torch is imported: the at-exit steps of everything
     # imported later run before it.
-    atexit.register(_end_at_once, os.getpid())
+    _server_settings["pid"] = os.getpid()
+    atexit.register(_end_at_once)
     preload_recording.start()
+
+
+def serve_from_this_process() -> None:
+    """This process, forked from the server, now serves in its place
+    (``distspawn.engine.warm_modules``): it ends the way the server does."""
+    _server_settings["pid"] = os.getpid()
 
 
 def list_socket_name() -> str | None:

@@ -79,6 +79,29 @@ def test_a_module_whose_import_starts_a_thread_is_not_preloaded_and_says_so_once
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+def test_the_server_imports_a_test_module_once(tmp_path):
+    # In a child of the server that checks it and then serves in its place:
+    # not once to check it and again to keep it.
+    log = tmp_path / "imports.log"
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "warm_module.py"],
+                     env={"WARM_IMPORT_LOG": str(log)}, timeout=240)
+    assert run.returncode == 0 and "2 passed" in run.output, run.output
+    imports = log.read_text().splitlines()
+    assert len(imports) == 2, imports  # the test process's and the server's
+    assert sorted(line.split(" ", 1)[1] for line in imports) == [
+        "MainProcess", "distspawn rank server"], imports
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_an_import_that_ends_the_server_is_left_to_the_ranks():
+    run = _pytest_run({"WARM_EXIT_IN_SERVER": "1"})
+    assert run.returncode == 0 and "3 passed" in run.output, run.output
+    assert run.output.count("WarmImportWarning: distspawn: test module warm_module is not "
+                            "preloaded into the rank server: importing it ended the process "
+                            "(exit status 3); each rank imports it itself") == 1, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
 def _usable_cpus():
     return len(os.sched_getaffinity(0))
 

@@ -11,8 +11,9 @@ server's report is checked:
   something else: the server is restarted without that test module (or, for
   its own preload, with the environment as it is now), and the run says so
   once, naming the module and the variables;
-- a test module the server refused to import (its import failed, or left a
-  thread or a socket running) is imported by each rank itself;
+- a test module the server refused (its import failed, ended the process,
+  took too long, or left a thread or a socket running) is imported by each
+  rank itself;
 - where the server could not import its own preload, or cannot be restarted,
   ranks start afresh (``spawn``) for the rest of the run.
 """
@@ -39,7 +40,7 @@ import distspawn_rank_server
 # does by default), the environment hand-over, then everything a rank needs.
 FORKSERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
 LIST_WAIT_S = 120.0  # for the server to ask for the modules, once its own imports are done
-REPORT_WAIT_S = 900.0  # for it to import them (each probe has its own limit)
+REPORT_WAIT_S = 900.0  # for it to import them (each import has its own limit)
 # The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
 UNIX_SOCKET_PATH_MAX = 107
 
@@ -261,13 +262,6 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
     for name, why in report.get("refused", {}).items():
         _say_once(f"test module {name} is not preloaded into the rank server: {why}; "
                   "each rank imports it itself")
-    broken = report.get("broken")
-    if broken:
-        _excluded[broken["module"]] = broken["why"]
-        _say_once(f"test module {broken['module']} is not preloaded into the rank server: "
-                  f"importing it there failed ({broken['why']}); the server is restarted "
-                  "without it, and each rank imports it itself")
-        return broken["module"]
     stale_preload = distspawn_rank_server.stale_reads(report.get("preload", {}), environ)
     if stale_preload:
         # Each time (a restart costs what one spawned rank does): classes that

@@ -11,15 +11,18 @@ What the server preloads must be indistinguishable, to a rank, from the rank
 importing it itself. An import's side effects (a ``torch.library`` op, an entry
 in a registry kept in C++) outlive any attempt to undo it, so nothing is ever
 undone or dropped:
-- each module is first imported in a throwaway child forked from the server; a
-  module whose import fails there, or leaves anything running (a thread, a
-  process, a socket, CUDA), is never imported into the server;
+- the modules are imported in a child forked from the server, one by one,
+  each checked after its import. A module whose import fails, takes longer
+  than :data:`PROBE_LIMIT_S`, or leaves anything running (a thread, a
+  process, a socket, CUDA) ends that child: the server forks another, which
+  imports the others without it. Once a child has imported all that it
+  should, it becomes the server (ranks are forked from it) and the server it
+  came from only waits for it to end. So each module is imported once when
+  all goes well, and a process that imported a refused module never serves;
 - every variable each import reads from the environment is recorded and sent
   back; the test process checks each rank's environment against the records
   before forking the rank, and restarts the server without a module whose
-  record does not match (``distspawn.engine.rank_server``);
-- an import that fails in the server after its probe passed leaves the server
-  unusable: it says so, and the test process restarts it without that module.
+  record does not match (``distspawn.engine.rank_server``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from typing import Any
 
 import distspawn_rank_server
 
+from . import parent_death
+
 PROBE_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
 
 
@@ -47,7 +52,7 @@ def serve(preload_failures: dict[str, str]) -> None:
     report: dict[str, Any] = {
         "preload": distspawn_rank_server.preload_recording.stop(),
         "preload_failures": preload_failures,
-        "modules": {}, "refused": {}, "broken": None,
+        "modules": {}, "refused": {},
     }
     name = distspawn_rank_server.list_socket_name()
     if name is None:
@@ -63,6 +68,9 @@ def serve(preload_failures: dict[str, str]) -> None:
             _warm(request, report)
         try:
             connection.sendall(json.dumps(report).encode())
+            # The end of the report, even while the server this one came from
+            # (engine.warm_modules' successor) still holds the socket open.
+            connection.shutdown(socket.SHUT_WR)
         except OSError:
             pass
 
@@ -94,48 +102,109 @@ def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in environ.items()})
         distspawn_rank_server.add_server_only_variables()
-    for name in request.get("modules", []):
-        if not isinstance(name, str) or name in sys.modules:
-            continue
-        why_not = _probe(name)
-        if why_not is not None:
-            report["refused"][name] = why_not
-            continue
-        recording = distspawn_rank_server.EnvironRecording().start()
-        try:
-            importlib.import_module(name)
-        except BaseException as exc:  # noqa: BLE001 - the test process restarts the server
-            recording.stop()
-            report["broken"] = {"module": name, "why": f"{type(exc).__name__}: {exc}"}
+    pending = [name for name in request.get("modules", [])
+               if isinstance(name, str) and name not in sys.modules]
+    while pending:
+        refused = _import_in_successor(pending, report)
+        if refused is None:
+            return  # imported, in this process: it serves from now on
+        name, why_not = refused
+        if name not in pending:  # the child ended before it named a module
+            report["refused"].update({other: why_not for other in pending})
             return
-        report["modules"][name] = recording.stop()
+        report["refused"][name] = why_not
+        # What the child imported before it is not in this process: again.
+        pending = [other for other in pending if other != name]
 
 
-def _probe(name: str) -> str | None:
-    """Import ``name`` in a throwaway child; why it is unsafe, or None."""
+def _import_in_successor(names: list[str], report: dict[str, Any]) -> tuple[str, str] | None:
+    """Import ``names`` in a child that serves in this process's place if all go well.
+
+    Returns None in that child, once it has imported them (in this process it
+    never returns then: it waits for the child to end, and ends with it), or,
+    in this process, the module that ended the child and why.
+    """
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
+        _import_here(names, report, write_end)
+        return None
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as messages:
+        outcome = _follow(pid, messages)
+    if outcome is None:
+        _wait_for_successor(pid)
+    _, status = os.waitpid(pid, 0)
+    name, why_not = outcome
+    if why_not is None:  # ended without a word: the import ended the process
+        why_not = (f"importing it ended the process (exit status "
+                   f"{os.waitstatus_to_exitcode(status)})" if name
+                   else "the rank server's child that was to import it ended at once")
+    return name, why_not
+
+
+def _import_here(names: list[str], report: dict[str, Any], write_end: int) -> None:
+    # In the child. Killing the server it came from (the test process does,
+    # to stop a server still importing) must end it too.
+    server_pid = os.getppid()
+    if not parent_death.end_with_parent() or os.getppid() != server_pid:
+        os._exit(0)  # the server's own check sees this child gone without a word
+
+    def tell(message: dict[str, str]) -> None:
+        os.write(write_end, (json.dumps(message) + "\n").encode())
+
+    for name in names:
+        if name in sys.modules:  # imported with one before it
+            continue
+        tell({"importing": name})
+        recording = distspawn_rank_server.EnvironRecording().start()
         try:
             why_not = _import_and_check(name)
         except BaseException as exc:  # noqa: BLE001 - reported, not raised
             why_not = f"importing it failed: {type(exc).__name__}: {exc}"
-        os.write(write_end, (why_not or "").encode()[:4000])
-        os._exit(0)
+        record = recording.stop()
+        if why_not is not None:
+            tell({"refused": name, "why": why_not[:4000]})
+            os._exit(0)
+        report["modules"][name] = record
+    tell({"done": ""})
     os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], PROBE_LIMIT_S)
+    distspawn_rank_server.serve_from_this_process()
+
+
+def _follow(pid: int, messages: Any) -> tuple[str, str | None] | None:
+    """Read the child's messages: None once it has imported everything, else
+    the module that ended it ("" before any) and why (None: it did not say)."""
+    current = ""
+    while True:
+        ready, _, _ = select.select([messages], [], [], PROBE_LIMIT_S)
         if not ready:
             os.kill(pid, signal.SIGKILL)
-            return f"importing it took longer than {PROBE_LIMIT_S:.0f} s"
-        answer = b""
-        while chunk := os.read(read_end, 4096):
-            answer += chunk
-        return answer.decode(errors="replace") or None
-    finally:
-        os.close(read_end)
-        os.waitpid(pid, 0)
+            return current, f"importing it took longer than {PROBE_LIMIT_S:.0f} s"
+        line = messages.readline()
+        if not line:
+            return current, None
+        message = json.loads(line)
+        if "done" in message:
+            return None
+        if "refused" in message:
+            return message["refused"], message["why"]
+        current = message["importing"]
+
+
+def _wait_for_successor(pid: int) -> None:
+    # The child serves now. This process stays its parent until it ends (the
+    # test process knows this one as its server: it ends the child by killing
+    # this one, or by closing the pipe both watch); then it leaves.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the serving child does
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    os._exit(max(os.waitstatus_to_exitcode(status), 0))
 
 
 def _process_state() -> dict[str, Any]:

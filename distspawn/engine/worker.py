@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import forked_exit, reduce_ops
+from . import forked_exit, parent_death, reduce_ops
 from .collective_log import start_recording, write_final_summary
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
@@ -205,15 +205,7 @@ def _die_with_parent(parent_pid: int) -> None:
     # run as Ctrl-C would); a rank must end on SIGTERM, as a fresh one does.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # If the parent is killed outright it cannot end us; let the kernel do it.
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
+    if not parent_death.end_with_parent():
         return
     # The kernel watches our direct parent: the test process under spawn and
     # fork, the server under forkserver (which exits when the test process
