@@ -13,7 +13,7 @@ in a registry kept in C++) outlive any attempt to undo it, so nothing is ever
 undone or dropped:
 - the modules are imported in a child forked from the server, one by one,
   each checked after its import. A module whose import fails, takes longer
-  than :data:`PROBE_LIMIT_S`, or leaves anything running (a thread, a
+  than :data:`IMPORT_LIMIT_S`, or leaves anything running (a thread, a
   process, a socket, CUDA) ends that child: the server forks another, which
   imports the others without it. Once a child has imported all that it
   should, it becomes the server (ranks are forked from it) and the server it
@@ -35,13 +35,13 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 import distspawn_rank_server
 
 from . import parent_death
 
-PROBE_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
+IMPORT_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
 
 
 def serve(preload_failures: dict[str, str]) -> None:
@@ -178,10 +178,10 @@ def _follow(pid: int, messages: Any) -> tuple[str, str | None] | None:
     the module that ended it ("" before any) and why (None: it did not say)."""
     current = ""
     while True:
-        ready, _, _ = select.select([messages], [], [], PROBE_LIMIT_S)
+        ready, _, _ = select.select([messages], [], [], IMPORT_LIMIT_S)
         if not ready:
             os.kill(pid, signal.SIGKILL)
-            return current, f"importing it took longer than {PROBE_LIMIT_S:.0f} s"
+            return current, f"importing it took longer than {IMPORT_LIMIT_S:.0f} s"
         line = messages.readline()
         if not line:
             return current, None
@@ -193,7 +193,7 @@ def _follow(pid: int, messages: Any) -> tuple[str, str | None] | None:
         current = message["importing"]
 
 
-def _wait_for_successor(pid: int) -> None:
+def _wait_for_successor(pid: int) -> NoReturn:
     # The child serves now. This process stays its parent until it ends (the
     # test process knows this one as its server: it ends the child by killing
     # this one, or by closing the pipe both watch); then it leaves.
