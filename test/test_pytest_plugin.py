@@ -165,11 +165,11 @@ def test_a_file_whose_rank_tests_all_skip_by_decorator_is_not_preloaded(runnable
 def test_a_file_whose_rank_tests_all_need_an_accelerator_starts_no_rank_server():
     # On a machine without one, the file's text shows every rank test skips
     # (class decorator, test decorator, pytest mark): no server is started.
-    import distspawn_pytest
+    import distspawn_source_scan
 
     run = pytest_run("accelerator_only_ranks.py", "-q", "-p", "no:cacheprovider",
                      "-p", "count_server_starts")
-    if distspawn_pytest.accelerator_device_present():
+    if distspawn_source_scan.accelerator_device_present():
         pytest.skip("this machine has an accelerator device: the rank tests may run here")
     assert run.returncode == 0 and "1 passed, 4 skipped" in run.output, run.output
     assert "rank server starts: 0" in run.output, run.output
@@ -274,11 +274,11 @@ def test_a_collected_class_whose_world_has_no_ranks_does_not_start_the_server():
 
 @pytest.mark.parametrize("source, without, with_one", SKIP_GUESSES)
 def test_the_early_start_guess_reads_skips_from_the_source(source, without, with_one):
-    import distspawn_pytest
+    import distspawn_source_scan
 
     text = source.encode()
-    assert distspawn_pytest.rank_tests_all_skip(text, accelerator=False) is without
-    assert distspawn_pytest.rank_tests_all_skip(text, accelerator=True) is with_one
+    assert distspawn_source_scan.rank_tests_all_skip(text, accelerator=False) is without
+    assert distspawn_source_scan.rank_tests_all_skip(text, accelerator=True) is with_one
 
 
 def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
@@ -288,7 +288,7 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
     import importlib
     import inspect
 
-    import distspawn_pytest
+    import distspawn_source_scan
     from distspawn import MultiProcContinuousTest, MultiProcessTestCase, MultiThreadedTestCase
 
     modules = ["distspawn", "distspawn.compat", "distspawn.dtensor", "distspawn.fsdp",
@@ -307,7 +307,7 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
     for kind, names in found.items():
         for name in names:
             text = f"class Mine({name}):".encode()
-            assert bool(distspawn_pytest.PROCESS_RANK_NAMES.search(text)) == \
+            assert bool(distspawn_source_scan.PROCESS_RANK_NAMES.search(text)) == \
                 (kind == "processes"), name
-            assert bool(distspawn_pytest.THREAD_RANK_NAMES.search(text)) == \
+            assert bool(distspawn_source_scan.THREAD_RANK_NAMES.search(text)) == \
                 (kind == "threads"), name

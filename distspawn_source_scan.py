@@ -1,0 +1,243 @@
+"""What a test file's source says before pytest imports it.
+
+The pytest plugin (``distspawn_pytest``) starts the rank server while pytest
+imports the first test file that may start rank processes, so that the server
+imports torch meanwhile. It decides from the file's text, before the test
+process imports torch or the file: these helpers read that text. Each guess
+errs towards "ranks may start": a wrong one only costs a later start.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import glob
+import re
+import sys
+from typing import Any
+
+# Names that show a file runs its ranks as threads of the test process, and
+# the classes that start rank processes (test/test_pytest_plugin.py checks
+# that these name every such class distspawn exports).
+THREAD_RANK_NAMES = re.compile(
+    rb"\b(?:MultiThreadedTestCase|spawn_threads_and_init_comms|threaded_world"
+    rb"|FSDPTestMultiThread|(?:Local)?DTensorOpTestBase)\b")
+PROCESS_RANK_NAMES = re.compile(
+    rb"\b(?:MultiProcessTestCase|MultiProcContinu?ousTest|DynamoDistributedMultiProcTestCase"
+    rb"|(?:Local)?DTensor(?:Continuous)?TestBase|FSDPTest(?:Continuous)?|DistributedTestBase"
+    rb"|DistributedTest|TestDistBackend|C10dTorchCommsTestBase)\b")
+
+
+# A device node of each kind of accelerator torch runs distributed tests on:
+# NVIDIA, AMD (ROCm), Intel (XPU; also any GPU with a render node), Habana and
+# other accel-class drivers, Ascend, AWS Neuron. Checked instead of asking
+# torch, which this process has not imported yet.
+ACCELERATOR_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dri/renderD*",
+                            "/dev/accel/*", "/dev/davinci*", "/dev/neuron*")
+
+
+@functools.lru_cache(maxsize=None)
+def accelerator_device_present() -> bool:
+    """Whether this machine may have an accelerator (True where it cannot tell).
+
+    Asked once a run: pytest asks for each file it collects until one starts
+    the server.
+    """
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICE_NODES)
+
+
+# Words of a condition on an accelerator being there (not on NCCL: CUDA builds
+# have it on machines without a GPU).
+_ACCELERATOR_WORDS = re.compile(
+    r"cuda|gpu|device_count|accelerator|rocm|(?<![a-z])(?:xpu|hpu|npu|hip\b)", re.IGNORECASE)
+# Skips decided in the test process, before any rank starts: unittest's skip
+# decorators (and those built on them, such as skip_but_pass_in_sandcastle_if)
+# and pytest's skip marks. Not skip_if_lt_x_gpu: its ranks start, and skip.
+_ALWAYS_SKIPS = re.compile(r"(?:^|\.)skip$")  # unittest.skip(...), pytest.mark.skip
+_SKIPS_UNLESS = re.compile(r"(?:^|\.)skipUnless$")
+_SKIPS_IF = re.compile(r"(?:^|\.)(?:skipIf|skipif|skip_but_pass_in_sandcastle_if)$")
+
+
+def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
+    """Whether the source shows that every test of the file's rank classes skips.
+
+    Read from the text, as pytest has not imported the file yet. A test skips
+    when the module skips itself (``pytestmark = pytest.mark.skip``; without
+    an accelerator, ``if not torch.cuda.is_available(): pytest.skip(...)``),
+    or its class or the test itself carries a skip decided before any rank
+    starts: ``@unittest.skip``, and without an accelerator
+    ``@skipUnless(torch.cuda.is_available(), ...)``,
+    ``@pytest.mark.skipif(device_count() < 4, ...)``,
+    ``@skip_but_pass_in_sandcastle_if(not TEST_MULTIGPU, ...)``. (A test under
+    ``@skip_if_lt_x_gpu`` starts its ranks, which skip.) Without an accelerator,
+    a class made into per-device classes by ``instantiate_device_type_tests(cls,
+    globals(), only_for=...)`` where ``only_for`` names no ``"cpu"`` gives no test
+    (pytest never sees the generic class), and so does a class whose world size
+    is the accelerator count (``min(torch.cuda.device_count(), 4)``): 0 ranks,
+    no rank to start. A rank class's tests are
+    its own and those of the file's classes it derives from. Whatever it
+    cannot see (a test inherited from an imported class, a class made at run
+    time) counts as a test that runs: the guess only ever costs a later start.
+    """
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    local_classes: dict[str, Any] = {}
+    rank_classes: set[str] = set()
+    no_cpu_classes = set() if accelerator or b"instantiate_device_type_tests" not in text \
+        else _instantiated_for_accelerators_only(tree)
+    for node in tree.body:
+        if isinstance(node, ast.If) and not accelerator \
+                and _holds_without_accelerator(node.test) \
+                and any(_skips_the_module(statement) for statement in node.body):
+            return True
+        if isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "pytestmark"
+                for target in node.targets) and _skips(node.value, accelerator):
+            return True
+        if not isinstance(node, ast.ClassDef):
+            continue
+        local_classes[node.name] = node
+        bases = [ast.unparse(base) for base in node.bases]
+        if not any(PROCESS_RANK_NAMES.search(base.encode()) or base in rank_classes
+                   for base in bases):
+            continue
+        rank_classes.add(node.name)
+        if node.name in no_cpu_classes or any(
+                _skips(decorator, accelerator) for decorator in node.decorator_list) \
+                or not accelerator and _world_sized_by_accelerators(node, local_classes):
+            continue
+        tests = _own_tests(node)
+        for base in bases:
+            if base in local_classes:
+                tests += _own_tests(local_classes[base])
+            elif not PROCESS_RANK_NAMES.search(base.encode()):
+                return False  # may bring tests of its own
+        if not tests or not all(any(_skips(decorator, accelerator)
+                                    for decorator in test.decorator_list)
+                                for test in tests):
+            return False
+    return bool(rank_classes)
+
+
+def _instantiated_for_accelerators_only(tree: Any) -> set[str]:
+    # Classes passed to instantiate_device_type_tests with an only_for that
+    # names no "cpu": a string, a list or tuple of them, or a module name
+    # bound only to such values (pytorch's test_functional_api.py: DEVICE =
+    # "cuda", or "hpu" / "xpu" under an if). Anything else may mean cpu.
+    bound: dict[str, list[Any]] = {}
+    calls = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) \
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) \
+                == "instantiate_device_type_tests":
+            calls.append(node)
+
+    def device_names(values: list, depth: int = 0) -> list[str] | None:
+        # Every string the values can be, or None where one may be anything.
+        names: list[str] = []
+        for value in values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                names.append(value.value)
+                continue
+            if isinstance(value, (ast.List, ast.Tuple)):
+                found = device_names(value.elts, depth)
+            elif isinstance(value, ast.Name) and value.id in bound and depth < 3:
+                found = device_names(bound[value.id], depth + 1)
+            else:
+                found = None
+            if found is None:
+                return None
+            names += found
+        return names
+
+    found, maybe_cpu = set(), set()
+    for call in calls:
+        only_for = next((k.value for k in call.keywords if k.arg == "only_for"), None)
+        names = None if only_for is None else device_names([only_for])
+        if names and "cpu" not in (name.lower() for name in names):
+            found.add(call.args[0].id)
+        else:
+            maybe_cpu.add(call.args[0].id)
+    return found - maybe_cpu
+
+
+def _world_sized_by_accelerators(cls: Any, local_classes: dict[str, Any]) -> bool:
+    # world_size = (or a property returning) a device count, or min() of one
+    # and anything: 0 without an accelerator. The class's own, else the first
+    # of its bases in this file that sets one.
+    for owner in [cls, *(local_classes[ast.unparse(base)] for base in cls.bases
+                         if ast.unparse(base) in local_classes)]:
+        for item in owner.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "world_size":
+                body = item.body  # read only where it is one return
+                value = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) \
+                    else None
+            elif isinstance(item, ast.Assign) and any(
+                    getattr(target, "id", None) == "world_size" for target in item.targets):
+                value = item.value
+            else:
+                continue
+            return value is not None and _counts_accelerators(value)
+    return False
+
+
+def _counts_accelerators(value: Any) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    name = ast.unparse(value.func)
+    if name == "min":
+        return any(_counts_accelerators(arg) for arg in value.args)
+    owner = name.removesuffix("device_count")
+    return owner != name and bool(_ACCELERATOR_WORDS.search(owner))
+
+
+def _own_tests(cls: Any) -> list:
+    return [item for item in cls.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and item.name.startswith("test")]
+
+
+def _skips(decorator: Any, accelerator: bool) -> bool:
+    # A skip decorator or mark that skips on this machine before ranks start.
+    called = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = ast.unparse(called)
+    if _ALWAYS_SKIPS.search(name):
+        return True
+    if accelerator or not isinstance(decorator, ast.Call) or not decorator.args:
+        return False
+    condition = decorator.args[0]
+    if _SKIPS_UNLESS.search(name):
+        return bool(_ACCELERATOR_WORDS.search(ast.unparse(condition)))
+    return bool(_SKIPS_IF.search(name)) and _holds_without_accelerator(condition)
+
+
+def _holds_without_accelerator(condition: Any) -> bool:
+    # "not <has one>", "<count> < n", "<count> <= n", "<count> == 0", and
+    # either side of an "or".
+    if not _ACCELERATOR_WORDS.search(ast.unparse(condition)):
+        return False
+    if isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+        return True
+    if isinstance(condition, ast.Compare):
+        return all(isinstance(op, (ast.Lt, ast.LtE)) or (
+            isinstance(op, ast.Eq) and isinstance(right, ast.Constant) and right.value == 0)
+            for op, right in zip(condition.ops, condition.comparators))
+    if isinstance(condition, ast.BoolOp) and isinstance(condition.op, ast.Or):
+        return any(_holds_without_accelerator(value) for value in condition.values)
+    return False
+
+
+def _skips_the_module(statement: Any) -> bool:
+    # pytest.skip(..., allow_module_level=True) or raise unittest.SkipTest(...).
+    source = ast.unparse(statement)
+    return (isinstance(statement, ast.Expr) and "skip(" in source
+            and "allow_module_level" in source) \
+        or (isinstance(statement, ast.Raise) and "SkipTest" in source)
