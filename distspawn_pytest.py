@@ -15,6 +15,7 @@ import fnmatch
 import importlib.abc
 import multiprocessing.util
 import os
+import pathlib
 import shutil
 import socket
 import sys
@@ -196,21 +197,91 @@ def _isolate_xdist_worker(worker: str) -> tuple:
     return saved_environ, saved_tempdir, private_dir
 
 
-# A rank server started before the test process imported torch: the socket it
-# waits on for the test modules, and its environment file (see below).
-_early_server: tuple[socket.socket, str] | None = None
+# A rank server started before the test process imported torch: where it
+# asks for the test modules, and its environment file (see below).
+_early_server: tuple[Any, str] | None = None
+_early_server_tried = False  # once a run: a second would find the first running
+# The test files that may start rank processes, as pytest will import them
+# (module name, file, the sys.path entry it adds), until the server is told
+# them: it imports them while this process does. See _guess_test_modules.
+_guesses: list[tuple[str, str, str]] = []
+_guess_state = {"mode": "prepend", "sent": False}
 
 
 def pytest_collect_file(file_path: Any, parent: Any) -> None:
     # The first test file that may start rank processes starts the rank
     # server, so that it imports torch while this process does (about 2 s,
-    # otherwise paid by the first test). Nothing here imports torch.
-    global _early_server
-    if (_early_server is None and str(file_path).endswith(".py")
-            and not parent.config.option.collectonly and _collected_as_tests(file_path, parent)
-            and _may_start_rank_processes(file_path)):
+    # otherwise paid by the first test), then the test modules guessed so far
+    # while this process imports them too. Nothing here imports torch.
+    global _early_server, _early_server_tried
+    if _guess_state["sent"] or not str(file_path).endswith(".py") \
+            or parent.config.option.collectonly or not _collected_as_tests(file_path, parent) \
+            or not _may_start_rank_processes(file_path):
+        return None
+    guess = _test_module_guess(file_path, parent.config)
+    if guess is not None:
+        _guesses.append(guess)
+    if not _early_server_tried:
+        _early_server_tried = True
         _early_server = _start_rank_server_early()
+        if _early_server is not None:
+            _early_server[0].offer_guess(_guess_test_modules)
     return None
+
+
+def _test_module_guess(file_path: Any, config: pytest.Config) -> tuple[str, str, str] | None:
+    # pytest's "prepend" (the default) and "append" import modes import a file
+    # as its dotted path from above its topmost package (the folders upwards
+    # that hold an __init__.py), with that folder in sys.path. Its other modes
+    # (importlib, namespace packages) name modules otherwise: no guess there.
+    mode = str(config.getoption("importmode", "prepend"))
+    try:
+        namespaces = bool(config.getini("consider_namespace_packages"))
+    except ValueError:  # a pytest before 8.1, without that setting
+        namespaces = False
+    path = pathlib.Path(str(file_path))
+    if mode not in ("prepend", "append") or namespaces or not path.stem.isidentifier() \
+            or path.name == "__init__.py":
+        return None
+    _guess_state["mode"] = mode
+    parts, root = [path.stem], path.parent
+    while (root / "__init__.py").is_file() and root.name.isidentifier():
+        parts.insert(0, root.name)
+        root = root.parent
+    return ".".join(parts), str(path), str(root)
+
+
+def _guess_test_modules() -> dict[str, Any] | None:
+    # Called (from a thread) when the server asks: the guessed modules, and
+    # sys.path and the environment as pytest will have them after importing
+    # the ones it has not imported yet. (Files collected later are left to
+    # the list, after collection.)
+    guesses = list(_guesses)
+    if not guesses:
+        _guess_state["sent"] = True
+        return None
+    sys_path = list(sys.path)
+    for name, _, root in guesses:
+        if name in sys.modules:  # imported, or being imported: its entry is in
+            continue
+        if _guess_state["mode"] == "append":
+            if root not in sys_path:
+                sys_path.append(root)
+        elif not sys_path or sys_path[0] != root:
+            sys_path.insert(0, root)
+    for _ in range(5):
+        try:
+            environ = dict(os.environ)
+            break
+        except RuntimeError:  # changed meanwhile by pytest's thread
+            continue
+    else:
+        environ = None
+    _guess_state["sent"] = True
+    if environ is None:
+        return None
+    return {"modules": [[name, file] for name, file, _ in guesses], "sys_path": sys_path,
+            "environ": environ}
 
 
 def _collected_as_tests(file_path: Any, parent: Any) -> bool:
@@ -293,10 +364,10 @@ def _drop_early_server() -> None:
     if _early_server is not None:
         import distspawn_rank_server
 
-        listening, environ_path = _early_server
+        channel, environ_path = _early_server
         _early_server = None
         distspawn_rank_server.stop_server()
-        listening.close()
+        channel.close()
         try:  # the server removes it once it has read it
             os.remove(environ_path)
         except OSError:

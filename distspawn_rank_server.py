@@ -24,11 +24,14 @@ import json
 import os
 import socket
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 SERVER_VAR = "DISTSPAWN_RANK_SERVER"  # "1" in the server's start alone: this is it
 ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"  # a JSON file: the environment to take
 LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # where the test modules are told
+LIST_WAIT_S = 120.0  # for the server to ask for the modules, once its own imports are done
 # Set by pytest for each test: no import could have depended on its value.
 PER_TEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
 # Set in the server alone, where the test process has not set them. With it,
@@ -193,11 +196,74 @@ def list_socket_name() -> str | None:
 
 # -- in the test process ----------------------------------------------------
 
-def start_server(preload: list[str]) -> tuple[socket.socket, str]:
+class ModuleListChannel:
+    """The test process's end of the socket the server is told the test modules on.
+
+    The server connects once its own preload (torch, distspawn) is done, and
+    reads one JSON line at a time: optionally a guess (``{"guess": ...}``, see
+    :meth:`offer_guess`), then the list itself, which the test process sends
+    once it knows it (pytest: after collection) before shutting its side.
+    """
+
+    def __init__(self, listening: socket.socket) -> None:
+        self._listening = listening
+        self._connection: socket.socket | None = None
+        self._guesser: threading.Thread | None = None
+
+    def offer_guess(self, guess: Callable[[], dict[str, Any] | None],
+                    wait_s: float = LIST_WAIT_S) -> None:
+        """Send ``guess()`` as soon as the server connects, from a thread.
+
+        The test modules pytest is about to import, computed when the server
+        asks: it imports them while this process does, instead of after
+        collection. The server checks the guess against the list (the
+        modules, their files, ``sys.path``, what each import read from the
+        environment) and drops all it imported on a guess that was wrong.
+        """
+        def accept_and_send() -> None:
+            connection = self._accept(wait_s)
+            if connection is None:
+                return
+            message = guess()
+            if message:
+                try:
+                    connection.sendall(json.dumps({"guess": message}).encode() + b"\n")
+                except OSError:
+                    pass  # the list's own send fails the same way, and says so
+
+        self._guesser = threading.Thread(target=accept_and_send, daemon=True,
+                                         name="distspawn-rank-server-guess")
+        self._guesser.start()
+
+    def connect(self, wait_s: float) -> socket.socket | None:
+        """The server's connection, once it asks (None: not within ``wait_s``)."""
+        if self._guesser is None:
+            return self._accept(wait_s)
+        self._guesser.join(wait_s)
+        return self._connection
+
+    def _accept(self, wait_s: float) -> socket.socket | None:
+        try:
+            self._listening.settimeout(wait_s)
+            self._connection, _ = self._listening.accept()
+        except OSError:  # timed out, or closed (the server is gone)
+            return None
+        return self._connection
+
+    def close(self) -> None:
+        """Stop waiting for the server (a thread blocked in accept wakes up)."""
+        try:
+            self._listening.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listening.close()
+
+
+def start_server(preload: list[str]) -> tuple[ModuleListChannel, str]:
     """Start multiprocessing's forkserver with ``preload``, on this hand-over.
 
-    Linux only (an abstract socket: nothing on disk). Returns the socket the
-    server will connect to for the test modules, and the environment file it
+    Linux only (an abstract socket: nothing on disk). Returns where the
+    server will ask for the test modules, and the environment file it
     removes once read. Raises ``OSError`` where the server cannot start,
     leaving nothing behind.
     """
@@ -218,7 +284,7 @@ def start_server(preload: list[str]) -> tuple[socket.socket, str]:
         listening.close()
         os.remove(environ_path)
         raise
-    return listening, environ_path
+    return ModuleListChannel(listening), environ_path
 
 
 def ensure_server_running(hand_over: dict[str, str] | None = None) -> None:

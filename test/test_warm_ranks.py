@@ -185,3 +185,53 @@ def test_the_rank_server_ends_with_the_test_process(tmp_path):
     assert done.returncode == 0 and "Ran 1 test" in text, text
     assert left == []
     assert outlived < 0.3 * load_factor(), f"the server outlived the test by {outlived:.2f} s"
+
+
+def _guessed_run(tmp_path, files, *options, **env):
+    # guessed_imports/: a package, so pytest imports ranks_a.py as
+    # guessed_imports.ranks_a; the server is sent that guess while pytest
+    # collects. Returns the run and each import: (module, process, event).
+    log = tmp_path / "imports.log"
+    log.touch()
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", *options,
+                      *(f"guessed_imports/{name}.py" for name in files)],
+                     env={"GUESS_IMPORT_LOG": str(log), **env}, timeout=240)
+    imports = [tuple(line.split()[:3]) for line in log.read_text().splitlines()]
+    return run, imports
+
+
+def test_the_server_imports_test_modules_while_pytest_collects_them(tmp_path):
+    # ranks_a's import in the test process waits until the server's has
+    # begun: it begins on the guess, before collection is over, not after.
+    run, imports = _guessed_run(tmp_path, ["ranks_a"], GUESS_WAIT_FOR_SERVER="1")
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    server, test_process = "'distspawn", "'MainProcess'"
+    assert imports.index(("guessed_imports.ranks_a", "began", server)) \
+        < imports.index(("guessed_imports.ranks_a", "ended", test_process)), imports
+    # Once in each process: the guess was right, and kept.
+    assert [i[1:] for i in imports if i[1] == "began"] == [("began", test_process),
+                                                          ("began", server)], imports
+    assert "WarmImportWarning" not in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+@pytest.mark.parametrize("case", ["a class from another module", "the environment changed"])
+def test_a_wrong_guess_leaves_nothing_in_the_ranks(tmp_path, case):
+    # The guess named ranks_c, whose one rank class is ranks_b's (ranks need
+    # ranks_b alone); or the environment changed after the guess in a
+    # variable ranks_a read at import. The ranks see what their own imports
+    # would (the tests assert it in them): the server dropped all it imported
+    # on the guess and imported the list's modules afresh. It says nothing:
+    # they are still preloaded.
+    if case == "a class from another module":
+        run, imports = _guessed_run(tmp_path, ["ranks_c"])
+        # ranks_c imports ranks_b: on the guess, then again without ranks_c.
+        expected = {"guessed_imports.ranks_b": 2, "guessed_imports.ranks_c": 1}
+    else:
+        run, imports = _guessed_run(tmp_path, ["ranks_a"], GUESS_SET_AFTER_COLLECTION="1")
+        expected = {"guessed_imports.ranks_a": 2}
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
+    assert {name: in_server.count(name) for name in expected} == expected, imports
+    assert "WarmImportWarning" not in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

@@ -39,7 +39,6 @@ import distspawn_rank_server
 # What the forkserver imports once: the script being run (as multiprocessing
 # does by default), the environment hand-over, then everything a rank needs.
 FORKSERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
-LIST_WAIT_S = 120.0  # for the server to ask for the modules, once its own imports are done
 REPORT_WAIT_S = 900.0  # for it to import them (each import has its own limit)
 # The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
 UNIX_SOCKET_PATH_MAX = 107
@@ -52,12 +51,13 @@ class WarmImportWarning(UserWarning):
 class _Server:
     """One start of the rank server, as this process knows it."""
 
-    def __init__(self, listening: socket.socket | None, environ_path: str | None) -> None:
-        self.listening = listening  # None once the module list is on its way
+    def __init__(self, channel: distspawn_rank_server.ModuleListChannel | None,
+                 environ_path: str | None) -> None:
+        self.channel = channel  # None once the module list is on its way
         self.environ_path = environ_path  # removed by the server once read
         self.report: dict[str, Any] | None = None
         self.answered = threading.Event()
-        self.reports = listening is not None  # no protocol (not Linux): nothing to check
+        self.reports = channel is not None  # no protocol (not Linux): nothing to check
         self.fits: dict[str, str] | None = None  # the last environment found to fit it
         if not self.reports:
             self.answered.set()
@@ -129,18 +129,23 @@ def _start(send_now: bool) -> None:
         _send_module_list(_server)
 
 
-def adopt_rank_server(list_socket: socket.socket, environ_path: str) -> None:
+def adopt_rank_server(channel: distspawn_rank_server.ModuleListChannel,
+                      environ_path: str) -> None:
     """Take over a server started with this module's protocol elsewhere.
 
     (The pytest plugin starts one before this process imports torch, so it
-    cannot call this module then.) ``list_socket`` is where the server waits
-    for the modules; ``environ_path`` the environment file it was given.
+    cannot call this module then.) ``channel`` is where the server asks for
+    the modules; ``environ_path`` the environment file it was given.
     """
     global _server
     if _server is not None:
-        list_socket.close()
+        channel.close()
+        try:  # a second server that never started: nothing will read it
+            os.remove(environ_path)
+        except OSError:
+            pass
         return
-    _server = _Server(list_socket, environ_path)
+    _server = _Server(channel, environ_path)
 
 
 def rank_server_started() -> bool:
@@ -158,8 +163,8 @@ def stop_rank_server() -> None:
     if _server is None or _live_forked_ranks():
         return
     if distspawn_rank_server.stop_server():
-        if _server.listening is not None:  # the module list was never sent
-            _server.listening.close()
+        if _server.channel is not None:  # the module list was never sent
+            _server.channel.close()
         _server.remove_environ_file()
         _server = None
 
@@ -175,19 +180,24 @@ atexit.register(_stop_server_still_importing)
 
 
 def _send_module_list(server: _Server) -> None:
-    listening, server.listening = server.listening, None
-    if listening is None:
+    channel, server.channel = server.channel, None
+    if channel is None:
         return
     # The server asks once its own imports are done: answered from a thread,
     # so that this process goes on meanwhile (its first rank waits for the
     # server anyway). A server that died never asks: the thread gives up.
-    request = json.dumps({"modules": [m for m in _wanted if m not in _excluded],
-                          "sys_path": sys.path, "environ": dict(os.environ)}).encode()
+    # Each module's file too: the server checks a guess it was sent against it.
+    modules = [m for m in _wanted if m not in _excluded]
+    request = json.dumps({
+        "modules": modules, "sys_path": sys.path, "environ": dict(os.environ),
+        "files": {m: getattr(sys.modules.get(m), "__file__", None) for m in modules},
+    }).encode() + b"\n"
 
     def converse() -> None:
         try:
-            listening.settimeout(LIST_WAIT_S)
-            connection, _ = listening.accept()
+            connection = channel.connect(distspawn_rank_server.LIST_WAIT_S)
+            if connection is None:
+                return
             with connection:
                 connection.sendall(request)
                 connection.shutdown(socket.SHUT_WR)
@@ -199,7 +209,7 @@ def _send_module_list(server: _Server) -> None:
         except (OSError, ValueError):
             pass
         finally:
-            listening.close()
+            channel.close()
             server.answered.set()
 
     threading.Thread(target=converse, name="distspawn-rank-server", daemon=True).start()

@@ -19,6 +19,11 @@ undone or dropped:
   should, it becomes the server (ranks are forked from it) and the server it
   came from only waits for it to end. So each module is imported once when
   all goes well, and a process that imported a refused module never serves;
+- under pytest, the child may start on a guess (the files pytest is about to
+  import, as it will name them) before collection is over, so that it imports
+  them while the test process does. It then reads the list and checks the
+  guess against it (:func:`_wrong_guess`); a wrong guess ends the child, and
+  the server imports the list afresh, as above;
 - every variable each import reads from the environment is recorded and sent
   back; the test process checks each rank's environment against the records
   before forking the rank, and restarts the server without a module whose
@@ -35,7 +40,8 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn
 
 import distspawn_rank_server
 
@@ -63,8 +69,16 @@ def serve(preload_failures: dict[str, str]) -> None:
     except OSError:
         return  # the test process left before the server was ready
     with connection:
-        request = _receive(connection)
-        if not preload_failures:
+        lines = _Lines(connection)
+        request = lines.next()
+        guess = request.get("guess")
+        if isinstance(guess, dict):
+            request = {} if preload_failures else _warm_on_guess(guess, lines, report)
+            if request is None:
+                pass  # imported all, in this process: it serves from now on
+            elif not request:  # the guess was dropped before the list came
+                request = lines.next()
+        if not preload_failures and request is not None:
             _warm(request, report)
         try:
             connection.sendall(json.dumps(report).encode())
@@ -75,21 +89,32 @@ def serve(preload_failures: dict[str, str]) -> None:
             pass
 
 
-def _receive(connection: socket.socket) -> dict[str, Any]:
-    # The test process answers once it knows every module (pytest: after
-    # collection) and shuts its side down; it closes without a word when it
-    # leaves without knowing.
-    data = b""
-    try:
-        while chunk := connection.recv(65536):
-            data += chunk
-        message = json.loads(data or b"{}")
-    except (OSError, ValueError):
-        return {}
-    return message if isinstance(message, dict) else {}
+class _Lines:
+    """The test process's messages: one JSON object a line (``{}`` once it has
+    shut its side, or left, or sent something else)."""
+
+    def __init__(self, connection: socket.socket) -> None:
+        self._connection = connection
+        self._buffer = b""
+
+    def next(self) -> dict[str, Any]:
+        try:
+            while b"\n" not in self._buffer:
+                chunk = self._connection.recv(65536)
+                if not chunk:
+                    break
+                self._buffer += chunk
+        except OSError:
+            return {}
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            message = json.loads(line or b"{}")
+        except ValueError:
+            return {}
+        return message if isinstance(message, dict) else {}
 
 
-def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
+def _take_paths_and_environ(request: dict[str, Any]) -> None:
     path = request.get("sys_path")
     if isinstance(path, list):
         # The server may have started before the test directories were added
@@ -97,18 +122,23 @@ def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
         sys.path[:] = [p for p in path if isinstance(p, str)]
     environ = request.get("environ")
     if isinstance(environ, dict):
-        # As the test process has it now, after collection (conftests and
-        # test modules may have set variables as they were imported).
+        # As the test process has it (after collection: conftests and test
+        # modules may have set variables as they were imported).
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in environ.items()})
         distspawn_rank_server.add_server_only_variables()
+
+
+def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
+    _take_paths_and_environ(request)
     pending = [name for name in request.get("modules", [])
-               if isinstance(name, str) and name not in sys.modules]
+               if isinstance(name, str) and name not in sys.modules
+               and name not in report["refused"]]
     while pending:
-        refused = _import_in_successor(pending, report)
-        if refused is None:
+        ended = _import_in_successor(lambda: _import_here(pending, report))
+        if ended is None:
             return  # imported, in this process: it serves from now on
-        name, why_not = refused
+        name, why_not = ended.module, ended.why
         if name not in pending:  # the child ended before it named a module
             report["refused"].update({other: why_not for other in pending})
             return
@@ -117,47 +147,93 @@ def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
         pending = [other for other in pending if other != name]
 
 
-def _import_in_successor(names: list[str], report: dict[str, Any]) -> tuple[str, str] | None:
-    """Import ``names`` in a child that serves in this process's place if all go well.
+def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
+                   report: dict[str, Any]) -> dict[str, Any] | None:
+    """Import the modules the test process guessed, while it imports them too.
 
-    Returns None in that child, once it has imported them (in this process it
+    In a child, as :func:`_warm` does, which then reads the list and checks
+    the guess against it: the same modules from the same files, the same
+    ``sys.path``, and every variable each import read as the list's
+    environment has it. It then imports the rest of the list and serves. On a
+    guess that was wrong, the child ends and all it imported with it.
+
+    Returns None in the child that serves; else the list as the child read
+    it (to import afresh, less a module it refused), or ``{}`` where the child
+    ended before reading it.
+    """
+    _take_paths_and_environ(guess)
+    files = {entry[0]: entry[1] for entry in guess.get("modules", [])
+             if isinstance(entry, list) and len(entry) == 2
+             and all(isinstance(part, str) for part in entry)}
+    names = [name for name in files if name not in sys.modules]
+    ended = _import_in_successor(lambda: _import_guess_here(names, files, lines, report))
+    if ended is None:
+        return None
+    request = ended.request
+    if request is not None and not ended.on_guess and ended.module:
+        report["refused"][ended.module] = ended.why  # one of the list's other modules
+    return request or {}
+
+
+class _ChildEnd(NamedTuple):
+    """How a child that was to serve ended instead."""
+    module: str  # the module it was importing ("" before any)
+    why: str  # what ended it
+    on_guess: bool = False  # ended on a guess that was wrong or failed
+    request: dict[str, Any] | None = None  # the list, where it had read it
+
+
+def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | None:
+    """Run ``import_here`` in a child that serves in this process's place if all go well.
+
+    Returns None in that child, once it has imported all (in this process it
     never returns then: it waits for the child to end, and ends with it), or,
-    in this process, the module that ended the child and why.
+    in this process, how the child ended.
     """
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _import_here(names, report, write_end)
+        _messages_fd[0] = write_end
+        import_here()
         return None
     os.close(write_end)
     with os.fdopen(read_end, "rb") as messages:
-        outcome = _follow(pid, messages)
-    if outcome is None:
+        ended = _follow(pid, messages)
+    if ended is None:
         _wait_for_successor(pid)
     _, status = os.waitpid(pid, 0)
-    name, why_not = outcome
-    if why_not is None:  # ended without a word: the import ended the process
-        why_not = (f"importing it ended the process (exit status "
-                   f"{os.waitstatus_to_exitcode(status)})" if name
-                   else "the rank server's child that was to import it ended at once")
-    return name, why_not
+    if ended.why:
+        return ended
+    # Ended without a word: the import ended the process.
+    why = (f"importing it ended the process (exit status {os.waitstatus_to_exitcode(status)})"
+           if ended.module else "the rank server's child that was to import it ended at once")
+    return ended._replace(why=why)
 
 
-def _import_here(names: list[str], report: dict[str, Any], write_end: int) -> None:
+_messages_fd = [-1]  # in a child: where it tells the server how its imports go
+
+
+def _tell(message: dict[str, Any]) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    while data:
+        data = data[os.write(_messages_fd[0], data):]
+
+
+def _become_successor() -> None:
     # In the child. Killing the server it came from (the test process does,
     # to stop a server still importing) must end it too.
     server_pid = os.getppid()
     if not parent_death.end_with_parent() or os.getppid() != server_pid:
         os._exit(0)  # the server's own check sees this child gone without a word
 
-    def tell(message: dict[str, str]) -> None:
-        os.write(write_end, (json.dumps(message) + "\n").encode())
 
+def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | None:
+    """Import ``names`` one by one; the first that failed or was refused, and why."""
     for name in names:
         if name in sys.modules:  # imported with one before it
             continue
-        tell({"importing": name})
+        _tell({"importing": name})
         recording = distspawn_rank_server.EnvironRecording().start()
         try:
             why_not = _import_and_check(name)
@@ -165,32 +241,106 @@ def _import_here(names: list[str], report: dict[str, Any], write_end: int) -> No
             why_not = f"importing it failed: {type(exc).__name__}: {exc}"
         record = recording.stop()
         if why_not is not None:
-            tell({"refused": name, "why": why_not[:4000]})
-            os._exit(0)
+            return name, why_not[:4000]
         report["modules"][name] = record
-    tell({"done": ""})
-    os.close(write_end)
+    return None
+
+
+def _import_here(names: list[str], report: dict[str, Any]) -> None:
+    _become_successor()
+    refused = _import_each(names, report)
+    if refused is not None:
+        _tell({"refused": refused[0], "why": refused[1]})
+        os._exit(0)
+    _serve_here()
+
+
+def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
+                       report: dict[str, Any]) -> None:
+    _become_successor()
+    failed = _import_each(names, report)
+    if failed is not None:
+        _tell({"stale": f"guessed test module {failed[0]}: {failed[1]}"})
+        os._exit(0)
+    _tell({"waiting": ""})  # for the list: as long as the test process collects
+    request = lines.next()
+    _tell({"list": request})
+    wrong = _wrong_guess(files, request, report)
+    if wrong is not None:
+        _tell({"stale": wrong})
+        os._exit(0)
+    _take_paths_and_environ(request)
+    rest = [name for name in request.get("modules", []) if isinstance(name, str)]
+    refused = _import_each(rest, report)
+    if refused is not None:
+        _tell({"refused": refused[0], "why": refused[1]})
+        os._exit(0)
+    _serve_here()
+
+
+def _wrong_guess(files: dict[str, str], request: dict[str, Any],
+                 report: dict[str, Any]) -> str | None:
+    """How the guess differs from the list, in what a rank could tell (None: it does not)."""
+    listed = request.get("files") or {}
+    for name, file in files.items():
+        if name not in request.get("modules", []):
+            return f"{name} is not a test module the ranks need"
+        if not isinstance(listed.get(name), str) or not _same_file(listed[name], file):
+            return f"{name} is {listed.get(name)!r}, not {file!r}"
+    # Entries the test process added after this one's (an import appended
+    # one) change no import that succeeded here: each found its module before
+    # them (a module only they hold would have failed to import).
+    listed_path = request.get("sys_path") or []
+    if listed_path[:len(sys.path)] != sys.path:
+        return "sys.path is not as guessed"
+    environ = request.get("environ") or {}
+    for name, record in report["modules"].items():
+        stale = distspawn_rank_server.stale_reads(record, environ)
+        if stale:
+            return f"importing {name} read {', '.join(stale[:5])}, since changed"
+    return None
+
+
+def _same_file(one: str, other: str) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
+def _serve_here() -> None:
+    _tell({"done": ""})
+    os.close(_messages_fd[0])
     distspawn_rank_server.serve_from_this_process()
 
 
-def _follow(pid: int, messages: Any) -> tuple[str, str | None] | None:
+def _follow(pid: int, messages: Any) -> _ChildEnd | None:
     """Read the child's messages: None once it has imported everything, else
-    the module that ended it ("" before any) and why (None: it did not say)."""
-    current = ""
+    how it ended (``why`` empty: it did not say)."""
+    current, request, limit = "", None, IMPORT_LIMIT_S
     while True:
-        ready, _, _ = select.select([messages], [], [], IMPORT_LIMIT_S)
+        ready, _, _ = select.select([messages], [], [], limit)
         if not ready:
             os.kill(pid, signal.SIGKILL)
-            return current, f"importing it took longer than {IMPORT_LIMIT_S:.0f} s"
+            return _ChildEnd(current, f"importing it took longer than {IMPORT_LIMIT_S:.0f} s",
+                             request is None, request)
         line = messages.readline()
         if not line:
-            return current, None
+            return _ChildEnd(current, "", request is None, request)
         message = json.loads(line)
+        limit = IMPORT_LIMIT_S
         if "done" in message:
             return None
         if "refused" in message:
-            return message["refused"], message["why"]
-        current = message["importing"]
+            return _ChildEnd(message["refused"], message["why"], False, request)
+        if "stale" in message:
+            return _ChildEnd(current, message["stale"], True, request)
+        if "waiting" in message:
+            limit = None  # the test process is collecting
+        elif "list" in message:
+            current, request = "", message["list"]
+        else:
+            current = message["importing"]
 
 
 def _wait_for_successor(pid: int) -> NoReturn:

@@ -208,11 +208,11 @@ def _forkserver_class(cls: Any) -> bool:
         return False  # the test itself reports the bad value
 
 
-def adopt_early_rank_server(list_socket: Any, environ_path: str) -> None:
+def adopt_early_rank_server(channel: Any, environ_path: str) -> None:
     """Hand a server the light plugin started (before torch was imported) to the launcher."""
     from ..engine import rank_server
 
-    rank_server.adopt_rank_server(list_socket, environ_path)
+    rank_server.adopt_rank_server(channel, environ_path)
 
 
 def _start_rank_server_early(cls: type) -> None:

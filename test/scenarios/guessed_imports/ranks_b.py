@@ -1,0 +1,23 @@
+"""A guessed test module (test_warm_ranks); its import is logged as ranks_a's."""
+
+import multiprocessing
+import os
+import sys
+import time
+
+from distspawn import MultiProcessTestCase
+
+with open(os.environ["GUESS_IMPORT_LOG"], "a") as log:
+    log.write(f"{__name__} began {multiprocessing.current_process().name!r} {time.time():.3f}\n")
+
+
+class GuessedB(MultiProcessTestCase):
+    world_size = 2
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+    def test_ranks_see_what_their_own_import_would(self):
+        # Collected in ranks_c.py: a rank imports this module alone.
+        assert "guessed_imports.ranks_c" not in sys.modules
