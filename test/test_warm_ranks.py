@@ -215,6 +215,23 @@ def test_the_server_imports_test_modules_while_pytest_collects_them(tmp_path):
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+@pytest.mark.parametrize("folder", ["empty", "shadowing"])
+def test_a_folder_put_in_sys_path_after_the_guess(tmp_path, folder):
+    # As pytest does for each test folder outside a package that it imports
+    # after the guess. An empty folder changes no import the guess made: it
+    # stands. shadowing/ holds a module of a name ranks_a imported
+    # (guess_shadowed, from guess_lib/): a rank importing ranks_a itself would
+    # now find that one (ranks_a asserts it in the ranks), so the server
+    # imports ranks_a afresh.
+    path = tmp_path / "empty" if folder == "empty" else SCENARIOS / "shadowing"
+    path.mkdir(exist_ok=True)
+    run, imports = _guessed_run(tmp_path, ["ranks_a"], GUESS_INSERT_AFTER_COLLECTION=str(path))
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
+    assert in_server.count("guessed_imports.ranks_a") == (1 if folder == "empty" else 2), imports
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
 @pytest.mark.parametrize("case", ["a class from another module", "the environment changed"])
 def test_a_wrong_guess_leaves_nothing_in_the_ranks(tmp_path, case):
     # The guess named ranks_c, whose one rank class is ranks_b's (ranks need

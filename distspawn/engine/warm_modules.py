@@ -33,6 +33,7 @@ undone or dropped:
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import json
 import os
 import select
@@ -258,6 +259,7 @@ def _import_here(names: list[str], report: dict[str, Any]) -> None:
 def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
                        report: dict[str, Any]) -> None:
     _become_successor()
+    loaded_before = set(sys.modules)
     failed = _import_each(names, report)
     if failed is not None:
         _tell({"stale": f"guessed test module {failed[0]}: {failed[1]}"})
@@ -265,7 +267,8 @@ def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
     _tell({"waiting": ""})  # for the list: as long as the test process collects
     request = lines.next()
     _tell({"list": request})
-    wrong = _wrong_guess(files, request, report)
+    top_level = {name.partition(".")[0] for name in sys.modules if name not in loaded_before}
+    wrong = _wrong_guess(files, request, report, top_level)
     if wrong is not None:
         _tell({"stale": wrong})
         os._exit(0)
@@ -278,27 +281,47 @@ def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
     _serve_here()
 
 
-def _wrong_guess(files: dict[str, str], request: dict[str, Any],
-                 report: dict[str, Any]) -> str | None:
-    """How the guess differs from the list, in what a rank could tell (None: it does not)."""
+def _wrong_guess(files: dict[str, str], request: dict[str, Any], report: dict[str, Any],
+                 top_level: set[str]) -> str | None:
+    """How the guess differs from the list, in what a rank could tell (None: it does not).
+
+    ``top_level``: the top-level modules the guess imported. pytest adds to
+    ``sys.path`` as it imports files collected after the guess (each test
+    folder outside a package); a rank would not notice unless one of those
+    modules is found elsewhere on the list's ``sys.path``.
+    """
     listed = request.get("files") or {}
     for name, file in files.items():
         if name not in request.get("modules", []):
             return f"{name} is not a test module the ranks need"
         if not isinstance(listed.get(name), str) or not _same_file(listed[name], file):
             return f"{name} is {listed.get(name)!r}, not {file!r}"
-    # Entries the test process added after this one's (an import appended
-    # one) change no import that succeeded here: each found its module before
-    # them (a module only they hold would have failed to import).
-    listed_path = request.get("sys_path") or []
-    if listed_path[:len(sys.path)] != sys.path:
-        return "sys.path is not as guessed"
+    listed_path = request.get("sys_path")
+    if not isinstance(listed_path, list) or not all(isinstance(p, str) for p in listed_path):
+        return "the list gives no sys.path"
+    if listed_path != sys.path:
+        for name in sorted(top_level):
+            if _found_at(name, sys.path) != _found_at(name, listed_path):
+                return f"{name} is found elsewhere on the list's sys.path"
     environ = request.get("environ") or {}
     for name, record in report["modules"].items():
         stale = distspawn_rank_server.stale_reads(record, environ)
         if stale:
             return f"importing {name} read {', '.join(stale[:5])}, since changed"
     return None
+
+
+def _found_at(name: str, path: list[str]) -> tuple[Any, ...] | None:
+    # Where the import system's path search finds a top-level module on
+    # ``path``: its file, and a package's folders (a namespace package's span
+    # every entry that has a part of it).
+    try:
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+    except (ImportError, ValueError):
+        return ("unfindable",)
+    if spec is None:
+        return None
+    return spec.origin, tuple(spec.submodule_search_locations or ())
 
 
 def _same_file(one: str, other: str) -> bool:

@@ -1,17 +1,26 @@
-"""For test_warm_ranks: the environment changes after the rank server was sent
-its guess of the test modules (GUESS_SET_AFTER_COLLECTION=1)."""
+"""For test_warm_ranks: the environment (GUESS_SET_AFTER_COLLECTION=1) or
+sys.path (GUESS_INSERT_AFTER_COLLECTION=<folder>) changes after the rank
+server was sent its guess of the test modules."""
 
 import os
 import sys
 import time
 
+# Where ranks_a imports guess_shadowed from, unless a folder inserted later
+# holds one too.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(__file__)), "guess_lib"))
+
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("GUESS_SET_AFTER_COLLECTION") != "1":
+    folder = os.environ.get("GUESS_INSERT_AFTER_COLLECTION")
+    if os.environ.get("GUESS_SET_AFTER_COLLECTION") != "1" and not folder:
         return
-    # Waits for the guess to have gone, so that its environment lacks the variable.
+    # Waits for the guess to have gone, so that it has neither change.
     plugin = sys.modules["distspawn_pytest"]
     deadline = time.monotonic() + 60
     while not plugin._guess_state["sent"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.environ["GUESS_LATE_VAR"] = "late"
+    if folder:  # after the test folder pytest put first (it would put it back)
+        sys.path.insert(1, folder)
+    else:
+        os.environ["GUESS_LATE_VAR"] = "late"

@@ -3,10 +3,13 @@ too (test_warm_ranks). Each import is logged (GUESS_IMPORT_LOG): the process,
 and when it began and ended. With GUESS_WAIT_FOR_SERVER=1 the test process's
 import waits until the server's has begun (at most 30 s)."""
 
+import importlib.machinery
 import multiprocessing
 import os
+import sys
 import time
 
+import guess_shadowed
 from distspawn import MultiProcessTestCase
 
 PROCESS = multiprocessing.current_process().name
@@ -41,3 +44,5 @@ class GuessedA(MultiProcessTestCase):
     def test_ranks_see_what_their_own_import_would(self):
         # As in a rank that imported this module itself, with its environment.
         assert LATE_VAR_AT_IMPORT == os.environ.get("GUESS_LATE_VAR"), LATE_VAR_AT_IMPORT
+        found = importlib.machinery.PathFinder.find_spec("guess_shadowed", sys.path)
+        assert found.origin == guess_shadowed.__file__, (found.origin, guess_shadowed.__file__)

@@ -1,0 +1,1 @@
+"""The guess_shadowed found once this folder is first in sys.path (test_warm_ranks)."""
