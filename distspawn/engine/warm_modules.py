@@ -74,10 +74,9 @@ def serve(preload_failures: dict[str, str]) -> None:
         request = lines.next()
         guess = request.get("guess")
         if isinstance(guess, dict):
+            # None: this process imported all on the guess, and serves now.
             request = {} if preload_failures else _warm_on_guess(guess, lines, report)
-            if request is None:
-                pass  # imported all, in this process: it serves from now on
-            elif not request:  # the guess was dropped before the list came
+            if request == {}:  # the guess was left before the list was read
                 request = lines.next()
         if not preload_failures and request is not None:
             _warm(request, report)
@@ -153,10 +152,9 @@ def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
     """Import the modules the test process guessed, while it imports them too.
 
     In a child, as :func:`_warm` does, which then reads the list and checks
-    the guess against it: the same modules from the same files, the same
-    ``sys.path``, and every variable each import read as the list's
-    environment has it. It then imports the rest of the list and serves. On a
-    guess that was wrong, the child ends and all it imported with it.
+    the guess against it (:func:`_wrong_guess`). It then imports the rest of
+    the list and serves. On a guess that was wrong, the child ends and all it
+    imported with it.
 
     Returns None in the child that serves; else the list as the child read
     it (to import afresh, less a module it refused), or ``{}`` where the child
