@@ -160,3 +160,32 @@ def test_a_temporary_folder_a_rank_leaves_to_its_exit_is_removed(tier, start_met
                      timeout=120)
     assert run.verdict_line("test_a_folder_left_to_the_exit").endswith("ok"), run.output
     assert run.leftover_files == [] and run.leftover_pids == [], run.output
+
+
+def test_the_rank_server_leaves_out_only_the_exit_steps_that_undo_in_process_state():
+    # torch.library's at-exit callbacks remove its operators from torch's
+    # dispatcher, which ends with the process anyway (hundreds of them, about
+    # 50 ms the server's exit made the test process's reader wait for). A
+    # temporary folder left to the exit is still removed.
+    script = """
+import atexit, tempfile, weakref
+import torch
+from distspawn.engine import forked_exit
+
+kept = tempfile.TemporaryDirectory(prefix="kept-to-exit-")
+library = torch.library.Library("distspawn_exit_steps", "DEF")
+library.define("noop(Tensor x) -> Tensor")
+
+def count():  # runs after the server's step, before weakref's callbacks
+    alive = [f for f in weakref.finalize._registry if f.atexit and f.peek()]
+    dispatcher = [f for f in alive if f.peek()[1].__module__ == "torch.library"]
+    print("torch.library steps left:", len(dispatcher), "others:", len(alive) - len(dispatcher))
+
+atexit.register(count)
+forked_exit.skip_in_process_cleanups_at_exit()
+"""
+    run = run_python(["-c", script], timeout=120)
+    assert run.returncode == 0, run.output
+    assert "torch.library steps left: 0 others: " in run.output, run.output
+    assert "others: 0" not in run.output, run.output  # the folder's, at least
+    assert run.leftover_files == [] and run.leftover_pids == [], run.output

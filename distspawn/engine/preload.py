@@ -35,7 +35,10 @@ for _name in (
 
 # Last: the test modules the test process names (see engine.warm_modules).
 try:
+    from distspawn.engine.forked_exit import skip_in_process_cleanups_at_exit
     from distspawn.engine.warm_modules import serve
+
+    skip_in_process_cleanups_at_exit()
 
     serve(_failures)
 except BaseException:  # noqa: BLE001 - the test process sees no report and starts ranks afresh
