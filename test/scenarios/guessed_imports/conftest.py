@@ -17,7 +17,7 @@ def pytest_collection_modifyitems(config, items):
         return
     # Waits for the guess to have gone, so that it has neither change.
     plugin = sys.modules["distspawn_pytest"]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while not plugin._guess_state["sent"] and time.monotonic() < deadline:
         time.sleep(0.05)
     if folder:  # after the test folder pytest put first (it would put it back)

@@ -1,7 +1,7 @@
 """A test module the rank server imports on a guess, while pytest imports it
 too (test_warm_ranks). Each import is logged (GUESS_IMPORT_LOG): the process,
 and when it began and ended. With GUESS_WAIT_FOR_SERVER=1 the test process's
-import waits until the server's has begun (at most 30 s)."""
+import waits until the server's has begun (at most 90 s)."""
 
 import importlib.machinery
 import multiprocessing
@@ -28,7 +28,7 @@ def _server_began():
 
 _log("began")
 if os.environ.get("GUESS_WAIT_FOR_SERVER") == "1" and PROCESS == "MainProcess":
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90
     while not _server_began() and time.monotonic() < deadline:
         time.sleep(0.05)
 _log("ended")
