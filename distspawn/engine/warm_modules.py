@@ -169,8 +169,10 @@ def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
     if ended is None:
         return None
     request = ended.request
-    if request is not None and not ended.on_guess and ended.module:
-        report["refused"][ended.module] = ended.why  # one of the list's other modules
+    # After the list, a module named is one of the list's own, not guessed
+    # (a wrong guess ends the child before it imports any): refused.
+    if request is not None and ended.module:
+        report["refused"][ended.module] = ended.why
     return request or {}
 
 
@@ -178,7 +180,6 @@ class _ChildEnd(NamedTuple):
     """How a child that was to serve ended instead."""
     module: str  # the module it was importing ("" before any)
     why: str  # what ended it
-    on_guess: bool = False  # ended on a guess that was wrong or failed
     request: dict[str, Any] | None = None  # the list, where it had read it
 
 
@@ -247,11 +248,17 @@ def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | 
 
 def _import_here(names: list[str], report: dict[str, Any]) -> None:
     _become_successor()
+    _import_then_serve(names, report)
+
+
+def _import_then_serve(names: list[str], report: dict[str, Any]) -> None:
     refused = _import_each(names, report)
     if refused is not None:
         _tell({"refused": refused[0], "why": refused[1]})
         os._exit(0)
-    _serve_here()
+    _tell({"done": ""})
+    os.close(_messages_fd[0])
+    distspawn_rank_server.serve_from_this_process()
 
 
 def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
@@ -271,12 +278,8 @@ def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
         _tell({"stale": wrong})
         os._exit(0)
     _take_paths_and_environ(request)
-    rest = [name for name in request.get("modules", []) if isinstance(name, str)]
-    refused = _import_each(rest, report)
-    if refused is not None:
-        _tell({"refused": refused[0], "why": refused[1]})
-        os._exit(0)
-    _serve_here()
+    _import_then_serve([name for name in request.get("modules", []) if isinstance(name, str)],
+                       report)
 
 
 def _wrong_guess(files: dict[str, str], request: dict[str, Any], report: dict[str, Any],
@@ -329,12 +332,6 @@ def _same_file(one: str, other: str) -> bool:
         return False
 
 
-def _serve_here() -> None:
-    _tell({"done": ""})
-    os.close(_messages_fd[0])
-    distspawn_rank_server.serve_from_this_process()
-
-
 def _follow(pid: int, messages: Any) -> _ChildEnd | None:
     """Read the child's messages: None once it has imported everything, else
     how it ended (``why`` empty: it did not say)."""
@@ -344,18 +341,18 @@ def _follow(pid: int, messages: Any) -> _ChildEnd | None:
         if not ready:
             os.kill(pid, signal.SIGKILL)
             return _ChildEnd(current, f"importing it took longer than {IMPORT_LIMIT_S:.0f} s",
-                             request is None, request)
+                             request)
         line = messages.readline()
         if not line:
-            return _ChildEnd(current, "", request is None, request)
+            return _ChildEnd(current, "", request)
         message = json.loads(line)
         limit = IMPORT_LIMIT_S
         if "done" in message:
             return None
         if "refused" in message:
-            return _ChildEnd(message["refused"], message["why"], False, request)
+            return _ChildEnd(message["refused"], message["why"], request)
         if "stale" in message:
-            return _ChildEnd(current, message["stale"], True, request)
+            return _ChildEnd(current, message["stale"], request)
         if "waiting" in message:
             limit = None  # the test process is collecting
         elif "list" in message:
