@@ -23,6 +23,7 @@ import torch
 
 from ..fixtures.device_probe import has_accelerator
 from .assertions import UpstreamAssertions, cuda_sync_failed
+from .subprocess_checks import SubprocessChecks
 from .global_state import GlobalState
 from ..fixtures.environment import SEED
 from ..fixtures.helpers import reset_dynamo
@@ -162,7 +163,7 @@ class _Comparison:
         return x, y
 
 
-class TestCase(UpstreamAssertions, unittest.TestCase):
+class TestCase(UpstreamAssertions, SubprocessChecks, unittest.TestCase):
     """``unittest.TestCase`` with upstream's tensor-aware ``assertEqual`` and seeding.
 
     ``assertEqual`` compares tensors, numpy arrays, numbers and nested
@@ -172,7 +173,9 @@ class TestCase(UpstreamAssertions, unittest.TestCase):
     installed release's upstream TestCase guards (:mod:`distspawn.cases.global_state`).
     The other assertions upstream's TestCase adds
     (``assertGreaterAlmostEqual``, ``assertExpectedInline``, ...) come from
-    :class:`~distspawn.cases.assertions.UpstreamAssertions`.
+    :class:`~distspawn.cases.assertions.UpstreamAssertions`, and its helpers
+    that run Python in a fresh interpreter from
+    :class:`~distspawn.cases.subprocess_checks.SubprocessChecks`.
     """
 
     # Upstream's class-level tolerance overrides (0 means "use the defaults").

@@ -8,7 +8,10 @@ A second mode, "methods", prints the public method names of the chosen TestCase.
 
 import json
 import logging
+import os
+import pathlib
 import sys
+import tempfile
 import warnings
 
 import torch
@@ -55,6 +58,25 @@ def leaks_nothing(t):
 
 def raise_value_error(text):
     raise ValueError(text)
+
+
+class NotLoadable:
+    """Saved by reference to this script, which a fresh interpreter cannot import."""
+
+
+def load_elsewhere(t, saved, imports, expected=None):
+    # _attempt_load_from_subprocess: a weights_only load in a fresh interpreter.
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "saved.pt"
+        torch.save(saved, path)
+        t._attempt_load_from_subprocess(path, imports, expected)
+
+
+def child_output(t):
+    out, err = t.run_process_no_exception(
+        "import os, sys; print(os.environ['PROBE']); print('e', file=sys.stderr); sys.exit(3)",
+        env={**os.environ, "PROBE": "o"})
+    t.assertEqual((out, err), (b"o\n", b"e\n"))
 
 
 F32, I64 = torch.float32, torch.int64
@@ -127,6 +149,15 @@ CASES = {
     "logs_default_torch_logger": logs_on_torch,
     "remove_comment_lines": lambda t: t.assertEqual(t.remove_comment_lines("a\n # b\nc"), "a\nc"),
     "remove_empty_lines": lambda t: t.assertEqual(t.remove_empty_lines("a\n \n\nc"), "a\nc"),
+    "load_elsewhere_loads": lambda t: load_elsewhere(t, torch.ones(2), "import torch.nn;"),
+    "load_elsewhere_fails": lambda t: load_elsewhere(t, NotLoadable(), ""),
+    "load_elsewhere_fails_as_expected": lambda t: load_elsewhere(
+        t, NotLoadable(), "", "Weights only load failed"),
+    "load_elsewhere_fails_otherwise": lambda t: load_elsewhere(
+        t, NotLoadable(), "", "no such message"),
+    "load_elsewhere_loads_unexpectedly": lambda t: load_elsewhere(
+        t, torch.ones(2), "", "Weights only load failed"),
+    "process_no_exception_output": child_output,
 }
 
 
