@@ -18,13 +18,14 @@ from typing import Any
 
 # Names that show a file runs its ranks as threads of the test process, and
 # the classes that start rank processes (test/test_pytest_plugin.py checks
-# that these name every such class distspawn exports).
+# that these name every such class distspawn exports). The local DTensor
+# bases (LocalDTensorTestBase, ...) run every rank in the test process: neither.
 THREAD_RANK_NAMES = re.compile(
     rb"\b(?:MultiThreadedTestCase|spawn_threads_and_init_comms|threaded_world"
     rb"|FSDPTestMultiThread|(?:Local)?DTensorOpTestBase)\b")
 PROCESS_RANK_NAMES = re.compile(
     rb"\b(?:MultiProcessTestCase|MultiProcContinu?ousTest|DynamoDistributedMultiProcTestCase"
-    rb"|(?:Local)?DTensor(?:Continuous)?TestBase|FSDPTest(?:Continuous)?|DistributedTestBase"
+    rb"|DTensor(?:Continuous)?TestBase|FSDPTest(?:Continuous)?|DistributedTestBase"
     rb"|DistributedTest|TestDistBackend|C10dTorchCommsTestBase)\b")
 
 
@@ -73,7 +74,8 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
     ``@skip_but_pass_in_sandcastle_if(not TEST_MULTIGPU, ...)``. (A test under
     ``@skip_if_lt_x_gpu`` starts its ranks, which skip.) Without an accelerator,
     a class made into per-device classes by ``instantiate_device_type_tests(cls,
-    globals(), only_for=...)`` where ``only_for`` names no ``"cpu"`` gives no test
+    globals(), only_for=...)`` where ``only_for`` names no ``"cpu"`` (or
+    ``except_for`` names it) gives no test
     (pytest never sees the generic class), and so does a class whose world size
     is the accelerator count (``min(torch.cuda.device_count(), 4)``): 0 ranks,
     no rank to start. A rank class's tests are
@@ -125,9 +127,11 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
 
 def _instantiated_for_accelerators_only(tree: Any) -> set[str]:
     # Classes passed to instantiate_device_type_tests with an only_for that
-    # names no "cpu": a string, a list or tuple of them, or a module name
-    # bound only to such values (pytorch's test_functional_api.py: DEVICE =
-    # "cuda", or "hpu" / "xpu" under an if). Anything else may mean cpu.
+    # names no "cpu", or an except_for that names it (pytorch's
+    # tensor/parallel/test_tp_style.py): each a string, a list or tuple of
+    # them, or a module name bound only to such values (pytorch's
+    # test_functional_api.py: DEVICE = "cuda", or "hpu" / "xpu" under an if).
+    # Anything else may mean cpu.
     bound: dict[str, list[Any]] = {}
     calls = []
     for node in ast.walk(tree):
@@ -158,11 +162,15 @@ def _instantiated_for_accelerators_only(tree: Any) -> set[str]:
             names += found
         return names
 
+    def named(call: Any, keyword: str) -> set[str] | None:
+        value = next((k.value for k in call.keywords if k.arg == keyword), None)
+        names = None if value is None else device_names([value])
+        return None if names is None else {name.lower() for name in names}
+
     found, maybe_cpu = set(), set()
     for call in calls:
-        only_for = next((k.value for k in call.keywords if k.arg == "only_for"), None)
-        names = None if only_for is None else device_names([only_for])
-        if names and "cpu" not in (name.lower() for name in names):
+        only_for, except_for = named(call, "only_for"), named(call, "except_for")
+        if (only_for and "cpu" not in only_for) or (except_for and "cpu" in except_for):
             found.add(call.args[0].id)
         else:
             maybe_cpu.add(call.args[0].id)

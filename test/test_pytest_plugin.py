@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness import run_python
+from harness import run_python, skip_unless_upstream_runs
 
 FILE = "plugin_sizes.py"
 SIZED = ["Processes::test_sum[ws2]", "Processes::test_sum[ws3]",
@@ -176,6 +176,23 @@ def test_a_file_whose_rank_tests_all_need_an_accelerator_starts_no_rank_server()
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+def test_a_file_whose_ranks_all_run_in_the_test_process_starts_no_rank_server():
+    # Written for upstream's harness, as pytorch's tensor/parallel/test_tp_style.py:
+    # per-device classes for every device but the CPU, and a LocalTensorMode copy
+    # (upstream's local base, built on distspawn's classes in the stand-in mode).
+    # No rank process starts: neither plugin starts the server.
+    import distspawn_source_scan
+
+    skip_unless_upstream_runs("local_tensor_only.py")
+    if distspawn_source_scan.accelerator_device_present():
+        pytest.skip("this machine has an accelerator device: its per-device class starts ranks")
+    run = pytest_run("local_tensor_only.py", "-q", "-p", "no:cacheprovider",
+                     "-p", "count_server_starts", "--distspawn-stand-in")
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert "rank server starts: 0" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
 SKIP_GUESSES = [
     # (source, skips without an accelerator, skips with one)
     ("@unittest.skipUnless(torch.cuda.is_available(), 'gpu')\n"
@@ -232,6 +249,13 @@ SKIP_GUESSES = [
      "instantiate_device_type_tests(A, globals())\n", False, False),
     ("class A(DistributedTestBase):\n    def test_a(self, device): pass\n"
      "instantiate_device_type_tests(A, globals(), only_for=pick_devices())\n", False, False),
+    # Every device but the CPU (pytorch's tensor/parallel/test_tp_style.py),
+    # or every device but another.
+    ("class A(DTensorTestBase):\n    def test_a(self): pass\n"
+     "instantiate_device_type_tests(A, globals(), except_for=['cpu'], allow_xpu=True)\n",
+     True, False),
+    ("class A(DTensorTestBase):\n    def test_a(self): pass\n"
+     "instantiate_device_type_tests(A, globals(), except_for='mps')\n", False, False),
     # A world of as many ranks as accelerators (torchtitan's graph_trainer
     # tests): none without one, so no rank starts; on its own or a local base.
     ("class A(FSDPTest):\n    @property\n    def world_size(self):\n"
@@ -290,6 +314,7 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
 
     import distspawn_source_scan
     from distspawn import MultiProcContinuousTest, MultiProcessTestCase, MultiThreadedTestCase
+    from distspawn.cases.local_dtensor import runs_every_rank_here
 
     modules = ["distspawn", "distspawn.compat", "distspawn.dtensor", "distspawn.fsdp",
                "distspawn.distributed_test", "distspawn.fake_pg"]
@@ -298,11 +323,16 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
         for name, obj in vars(module).items():
             if not inspect.isclass(obj):
                 continue
+            if runs_every_rank_here(obj):  # LocalTensorMode: no rank process
+                assert not distspawn_source_scan.PROCESS_RANK_NAMES.search(
+                    f"class Mine({name}):".encode()), name
+                continue
             if issubclass(obj, (MultiProcessTestCase, MultiProcContinuousTest)):
                 found["processes"].add(name)
             elif issubclass(obj, MultiThreadedTestCase):
                 found["threads"].add(name)
     assert {"DTensorTestBase", "FSDPTest", "TestDistBackend"} <= found["processes"]
+    assert "LocalDTensorTestBase" not in found["processes"]
     assert {"MultiThreadedTestCase", "FSDPTestMultiThread"} <= found["threads"]
     for kind, names in found.items():
         for name in names:

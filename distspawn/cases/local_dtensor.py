@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import types
 from typing import Any, Callable
 
@@ -103,6 +104,27 @@ class _AllRanksInThisProcess:
             toggle(False)
             self.addCleanup(toggle, True)
         self.addCleanup(_forget_dtensor_rng_tracker)
+
+
+def runs_every_rank_here(cls: Any) -> bool:
+    """Whether ``cls``'s tests run every rank in the test process (LocalTensorMode),
+    so that none starts a rank process.
+
+    True of the local bases, distspawn's and upstream's (the stand-in mode
+    keeps upstream's, built on distspawn's classes), and of their subclasses,
+    such as the classes ``create_local_tensor_test_class`` makes: each says so
+    by its ``is_local_tensor_enabled``, read here as a test would, on a bare
+    instance. Anything that cannot be read counts as ranks that start.
+    """
+    if not isinstance(cls, type):
+        return False
+    declared = inspect.getattr_static(cls, "is_local_tensor_enabled", False)
+    try:
+        value = declared.fget(object.__new__(cls)) if isinstance(declared, property) \
+            else declared
+    except Exception:  # noqa: BLE001 - a property that needs a set-up test
+        return False
+    return value is True
 
 
 def _start_fake_group(world_size: int) -> None:

@@ -196,11 +196,13 @@ def label_rank_failures(item: pytest.Item, call: pytest.CallInfo, report: Any) -
 
 def _forkserver_class(cls: Any) -> bool:
     from ..cases.continuous import MultiProcContinuousTest
+    from ..cases.local_dtensor import runs_every_rank_here
     from ..cases.multiprocess import MultiProcessTestCase
     from ..engine import launch
 
     if not (isinstance(cls, type)
-            and issubclass(cls, (MultiProcessTestCase, MultiProcContinuousTest))):
+            and issubclass(cls, (MultiProcessTestCase, MultiProcContinuousTest))) \
+            or runs_every_rank_here(cls):
         return False
     try:
         return launch.resolve_start_method(getattr(cls, "start_method", None)) == "forkserver"
