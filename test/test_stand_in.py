@@ -185,3 +185,24 @@ def test_a_run_whose_rank_tests_all_skip_ends_the_server_started_on_a_guess():
                       "upstream_all_skipped.py"], timeout=120)
     assert run.returncode == 0 and "1 passed, 1 skipped" in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_a_skip_name_of_another_release_fails_as_on_upstream():
+    # distspawn's TEST_SKIPS spells "needs N devices" both ways (files of either
+    # release run with its imports); files run unchanged see the installed
+    # release's table only, as upstream's harness gives them.
+    from distspawn.engine.releases import upstream_says_multi_device
+
+    names = ["multi-device-2", "multi-gpu-2"]
+    if not upstream_says_multi_device():
+        names.reverse()
+    env = {"SKIP_NAMES": ",".join(names)}
+    run = [runner(["-m", "pytest", "-v", "-p", "no:cacheprovider", "skip_names_by_release.py",
+                   *extra], env=env, timeout=300)
+           for runner, extra in ((run_python_on_upstream, []),
+                                 (run_python, ["--distspawn-stand-in"]))]
+    wanted = {"SkipsByName::test_installed_releases_name": "SKIPPED",
+              "SkipsByName::test_other_releases_name": "FAILED"}
+    assert verdicts(run[0].output) == wanted, run[0].output
+    assert verdicts(run[1].output) == wanted, run[1].output
+    assert f"KeyError: '{names[1]}" in run[1].output, run[1].output

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ..engine.exit_codes import TEST_SKIPS
+from ..engine.exit_codes import DEVICE_COUNT_KEY, TEST_SKIPS
 from ..fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
 from ..fixtures.device_probe import accelerator_device_count, accelerator_type
 from ..fixtures.dtensor_converter import DTensorConverter
@@ -123,7 +123,7 @@ class DTensorTestBase(DTensorTestMixin, MultiProcessTestCase):
         backend = self.backend if backend is None else backend
         needs_devices = any(name in backend for name in ACCELERATOR_DIST_BACKENDS)
         if needs_devices and accelerator_device_count() < self.world_size:
-            sys.exit(TEST_SKIPS[f"multi-gpu-{self.world_size}"].exit_code)
+            sys.exit(TEST_SKIPS[f"{DEVICE_COUNT_KEY}-{self.world_size}"].exit_code)
         device_backend = dist.get_default_backend_for_device(self.device_type)
         known = (*_KNOWN_BACKENDS, f"cpu:gloo,{self.device_type}:{device_backend}")
         if backend not in known:
@@ -169,7 +169,7 @@ class DTensorContinuousTestBase(DTensorTestMixin, MultiProcContinuousTest):
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:
         if DEVICE_TYPE != "cpu":
             if world_size > accelerator_device_count():
-                sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
+                sys.exit(TEST_SKIPS[f"{DEVICE_COUNT_KEY}-{world_size}"].exit_code)
             torch.accelerator.set_device_index(rank)  # before the group binds a device
         super()._init_pg(rank, world_size, rdvz_file)
 

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..engine import releases
-from ..engine.exit_codes import TEST_SKIPS
+from ..engine.exit_codes import DEVICE_COUNT_KEY, TEST_SKIPS
 from ..fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
 from ..fixtures.device_probe import accelerator_device_count
 from ..fixtures.environment import FILE_SCHEMA, restore_environ
@@ -117,7 +117,7 @@ class FSDPTest(FSDPTestMixin, MultiProcessTestCase):
         self.file_name = file_name
         needs_devices = any(name in DISTRIBUTED_BACKEND for name in ACCELERATOR_DIST_BACKENDS)
         if needs_devices and accelerator_device_count() < self.world_size:
-            sys.exit(TEST_SKIPS[f"multi-gpu-{self.world_size}"].exit_code)
+            sys.exit(TEST_SKIPS[f"{DEVICE_COUNT_KEY}-{self.world_size}"].exit_code)
         if kwargs.get("fake_pg", False):
             from ..backends.fake_backend import FakeStore, register_fake_backend
 
@@ -161,7 +161,7 @@ class FSDPTestContinuous(FSDPTestMixin, MultiProcContinuousTest):
         os.environ["TORCH_NCCL_DESYNC_DEBUG"] = "0"  # see FSDPTest.setUp
         if DEVICE_TYPE != "cpu":
             if accelerator_device_count() < world_size:
-                sys.exit(TEST_SKIPS[f"multi-gpu-{world_size}"].exit_code)
+                sys.exit(TEST_SKIPS[f"{DEVICE_COUNT_KEY}-{world_size}"].exit_code)
             torch.accelerator.set_device_index(rank % accelerator_device_count())
         super()._init_pg(rank, world_size, rdvz_file)
 
