@@ -252,3 +252,15 @@ def test_a_wrong_guess_leaves_nothing_in_the_ranks(tmp_path, case):
     assert {name: in_server.count(name) for name in expected} == expected, imports
     assert "WarmImportWarning" not in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_a_module_whose_tests_were_deselected_is_not_in_the_ranks(tmp_path):
+    # ranks_a and ranks_b are guessed and collected; -k keeps ranks_b's test
+    # only. Its ranks must not find ranks_a loaded (ranks_b asserts it in them):
+    # the list names ranks_b alone, so the guess is dropped and ranks_b is
+    # imported afresh.
+    run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"], "-k", "GuessedB")
+    assert run.returncode == 0 and "1 passed, 1 deselected" in run.output, run.output
+    in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
+    assert in_server.count("guessed_imports.ranks_b") == 2, imports
+    assert run.leftover_pids == [] and run.leftover_files == []
