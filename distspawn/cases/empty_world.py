@@ -50,13 +50,18 @@ def ranks_to_start(value: Any, owner: str, upstream_verdicts: bool) -> int:
     return validate_world_size(value, owner)
 
 
-def declared_world_size(cls: type) -> Any:
-    """``cls.world_size`` as a test of the class reads it, asked without one (a
+def declared_attribute(cls: type, name: str, default: Any = None) -> Any:
+    """``cls.<name>`` as a test of the class reads it, asked without one (a
     property is asked on a bare instance)."""
-    declared = inspect.getattr_static(cls, "world_size", None)
+    declared = inspect.getattr_static(cls, name, default)
     if isinstance(declared, property):
         return declared.fget(object.__new__(cls))
-    return getattr(cls, "world_size", None)
+    return getattr(cls, name, default)
+
+
+def declared_world_size(cls: type) -> Any:
+    """``cls.world_size`` as a test of the class reads it (see declared_attribute)."""
+    return declared_attribute(cls, "world_size")
 
 
 def world_has_no_ranks(cls: type) -> bool:

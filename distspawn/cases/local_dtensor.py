@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import types
 from typing import Any, Callable
 
@@ -26,6 +25,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from ..backends.fake_backend import FakeStore, register_fake_backend
 from .dtensor import NUM_DEVICES, DTensorContinuousTestBase, DTensorOpTestBase, DTensorTestBase
+from .empty_world import declared_attribute
 
 __all__ = ["LocalDTensorContinuousTestBase", "LocalDTensorOpTestBase", "LocalDTensorTestBase",
            "create_local_tensor_test_class",
@@ -113,18 +113,15 @@ def runs_every_rank_here(cls: Any) -> bool:
     True of the local bases, distspawn's and upstream's (the stand-in mode
     keeps upstream's, built on distspawn's classes), and of their subclasses,
     such as the classes ``create_local_tensor_test_class`` makes: each says so
-    by its ``is_local_tensor_enabled``, read here as a test would, on a bare
-    instance. Anything that cannot be read counts as ranks that start.
+    by its ``is_local_tensor_enabled``, read here as a test would. Anything that
+    cannot be read counts as ranks that start.
     """
     if not isinstance(cls, type):
         return False
-    declared = inspect.getattr_static(cls, "is_local_tensor_enabled", False)
     try:
-        value = declared.fget(object.__new__(cls)) if isinstance(declared, property) \
-            else declared
+        return declared_attribute(cls, "is_local_tensor_enabled", False) is True
     except Exception:  # noqa: BLE001 - a property that needs a set-up test
         return False
-    return value is True
 
 
 def _start_fake_group(world_size: int) -> None:

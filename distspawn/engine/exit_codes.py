@@ -52,8 +52,9 @@ def _device_count_skips(key: str, devices: str) -> dict[str, TestSkip]:
 # Both spellings, so that files written for torch 2.13 and for 2.14 on run
 # alike; the installed release's comes first, so that its words report a skip
 # by code (skip_message_for) and name the skips distspawn's own decorators take.
-_SPELLINGS = [_device_count_skips("multi-gpu", "CUDA device"),
-              _device_count_skips("multi-device", "accelerator device")]
+# "needs N devices" by release: the name's stem and what it calls a device.
+DEVICE_COUNT_SPELLINGS = {"multi-gpu": "CUDA device", "multi-device": "accelerator device"}
+_SPELLINGS = [_device_count_skips(key, devices) for key, devices in DEVICE_COUNT_SPELLINGS.items()]
 if upstream_says_multi_device():
     _SPELLINGS.reverse()
 for _spelling in _SPELLINGS:

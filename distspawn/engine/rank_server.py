@@ -100,16 +100,14 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
     """Start this process's forkserver now, unless it runs, with ``modules`` preloaded.
 
     It starts at the latest when the first rank does. ``more_to_come``: start
-    it at once (it imports torch meanwhile) but let it wait for the modules,
-    which the next call without ``more_to_come`` sends (the first rank's start
-    makes that call too, so the server never waits for nothing); ``modules``
-    are not added to them then. Under pytest the plugin calls this with
-    ``more_to_come`` for each multi-process test class it collects, and
-    without once collection is over, with the modules of the tests it kept: a
-    module whose tests ``-k`` or ``-m`` deselected is not preloaded (a rank's
-    own import would not have imported it).
+    it at once (it imports torch meanwhile) but let it wait for the rest of the
+    modules, which the next call without ``more_to_come`` sends (the first
+    rank's start makes that call too, so the server never waits for nothing).
+    Under pytest the plugin calls this with ``more_to_come`` and no modules for
+    each multi-process test class it collects, and without once collection is
+    over, with the modules of the tests it kept.
     """
-    for name in () if more_to_come else modules:
+    for name in modules:
         if name != "__main__" and name in sys.modules and name not in _wanted:
             _wanted.append(name)
     if _server is not None:

@@ -222,7 +222,10 @@ def _start_rank_server_early(cls: type) -> None:
     # importing torch now, while pytest collects the rest.
     # (A world sized from the accelerators, on a machine without: no rank starts.)
     if _forkserver_class(cls) and _class_may_run_a_test(cls) and not world_has_no_ranks(cls):
-        _start_quietly([cls.__module__], more_to_come=True)
+        # No module yet: the list is the kept tests' modules, once collection
+        # is over (a module whose tests -k or -m deselect is not preloaded: a
+        # rank's own import would not have imported it).
+        _start_quietly([], more_to_come=True)
 
 
 # -- tests skipped before they run ---------------------------------------------------------

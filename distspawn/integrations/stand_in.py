@@ -128,10 +128,11 @@ def _only_the_installed_releases_skip_names(upstream_skips: dict) -> None:
     # unchanged get that verdict too. Upstream's module now holds distspawn's
     # table, so the other spelling goes from it; distspawn's own skips use the
     # installed release's.
-    from ..engine.exit_codes import TEST_SKIPS
+    from ..engine.exit_codes import DEVICE_COUNT_SPELLINGS, TEST_SKIPS
 
+    stems = tuple(f"{key}-" for key in DEVICE_COUNT_SPELLINGS)
     for name in [name for name in TEST_SKIPS if name not in upstream_skips
-                 and name.startswith(("multi-gpu-", "multi-device-"))]:
+                 and name.startswith(stems)]:
         del TEST_SKIPS[name]
 
 
