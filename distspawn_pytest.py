@@ -301,27 +301,31 @@ def _collected_as_tests(file_path: Any, parent: Any) -> bool:
 
 
 def _may_start_rank_processes(file_path: Any) -> bool:
-    # A file that mentions distspawn, unless it plainly runs its ranks as
-    # threads only: there a server importing torch in the background would
-    # only compete with the rank threads for the CPUs (a trivial threaded test
-    # took twice as long). A guess the other way costs only a later start: a
-    # process class collected starts the server too.
+    # A file whose test classes derive from a class that starts rank
+    # processes: one of distspawn's, or under the stand-in mode one of
+    # upstream's harness, named in the file or reached through the project's
+    # own modules. A file that names none starts nothing: one that runs its
+    # ranks as threads only (a server importing torch in the background would
+    # only compete with the rank threads for the CPUs: a trivial threaded test
+    # took twice as long), or names distspawn only for TestCase or the fake
+    # backend. A guess the other way costs only a later start: a process class
+    # collected starts the server too.
     try:
         with open(file_path, "rb") as f:
             text = f.read(1 << 20)
     except OSError:
         return False
-    if b"distspawn" not in text:
-        # Under the stand-in mode, files that import upstream's harness run on
-        # distspawn's engine without naming it; one that names no class that
-        # starts rank processes (it may use common_utils alone) starts nothing.
-        stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
-        if not (stand_in and b"torch.testing._internal" in text
-                and source_scan.PROCESS_RANK_NAMES.search(text)):
+    stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
+    names_harness = b"distspawn" in text or (stand_in and b"torch.testing._internal" in text)
+    if not (names_harness and source_scan.PROCESS_RANK_NAMES.search(text)):
+        derived = source_scan.derives_from_rank_processes(text, str(file_path), stand_in,
+                                                          sys.path)
+        # Where a base leads out of sight (an installed package, a star
+        # import), a file naming distspawn is taken to start ranks unless it
+        # names only the classes that run them as threads.
+        if not (derived or derived is None and b"distspawn" in text
+                and not source_scan.THREAD_RANK_NAMES.search(text)):
             return False
-    elif source_scan.THREAD_RANK_NAMES.search(text) \
-            and not source_scan.PROCESS_RANK_NAMES.search(text):
-        return False
     # A file whose rank tests all skip here (most tests written for GPUs, on
     # a machine without one) starts nothing: a server started for it would
     # only compete with collection for the CPUs.

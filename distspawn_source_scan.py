@@ -10,6 +10,7 @@ errs towards "ranks may start": a wrong one only costs a later start.
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import glob
 import re
@@ -249,3 +250,218 @@ def _skips_the_module(statement: Any) -> bool:
     return (isinstance(statement, ast.Expr) and "skip(" in source
             and "allow_module_level" in source) \
         or (isinstance(statement, ast.Raise) and "SkipTest" in source)
+
+
+# Where a test class's bases lead. A file may take its rank class from a
+# module of its own project (torchao's tests subclass
+# torchao.testing.utils.TorchAOTensorParallelTestCase), or name distspawn only
+# for helpers (TestCase, the fake backend): the file's text alone cannot tell
+# whether a rank process starts. These follow each base, without importing
+# anything, through the project's own files.
+_HARNESS_MODULES = ("distspawn", "distspawn_pytest")
+_UPSTREAM_HARNESS = "torch.testing._internal"
+_MAX_HOPS = 6  # modules followed from the test file, through re-exports
+
+
+def derives_from_rank_processes(text: bytes, path: str, stand_in: bool,
+                                search_path: list[str]) -> bool | None:
+    """Whether a class of the file derives from a class that starts rank processes.
+
+    Each class's bases are followed through the file's own classes and those
+    of the project's modules it imports (files found upwards of the test file
+    or on ``search_path``, not installed packages) to a name of distspawn's
+    (or, where ``stand_in``, upstream's harness) that starts rank processes:
+    True. False where every base ends in a name that starts none (the
+    standard library's, torch's, the harness's other classes); None where a
+    base leads where this cannot read (an installed package, a star import, a
+    class made at run time).
+    """
+    module = _parsed(text)
+    if module is None:
+        return None
+    roots = _search_roots(path, search_path)
+    verdicts = [_class_starts_ranks(node, module, path, roots, stand_in, 0)
+                for node in _module_level_classes(module.body)]
+    if any(verdicts):
+        return True
+    return None if None in verdicts else False
+
+
+def _module_level(body: list) -> list:
+    # The statements run when the module is imported: its own, also under an
+    # if or a try (not those of a function's body).
+    found = []
+    for node in body:
+        found.append(node)
+        if isinstance(node, (ast.If, ast.Try)):
+            found += _module_level(node.body + node.orelse + getattr(node, "finalbody", [])
+                                   + [item for handler in getattr(node, "handlers", [])
+                                      for item in handler.body])
+    return found
+
+
+def _module_level_classes(body: list) -> list:
+    # The classes pytest can collect (not those made inside a function).
+    return [node for node in _module_level(body) if isinstance(node, ast.ClassDef)]
+
+
+def _parsed(text: bytes) -> Any:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _module_at(file: str) -> Any:
+    try:
+        with open(file, "rb") as f:
+            return _parsed(f.read(1 << 20))
+    except OSError:
+        return None
+
+
+def _search_roots(path: str, search_path: list[str]) -> tuple[str, ...]:
+    # The folders upwards of the test file (where its project's packages sit,
+    # whatever pytest's rootdir), then the interpreter's path less the
+    # installed packages and the standard library.
+    import os
+
+    return _roots_from(os.path.dirname(os.path.abspath(path)), tuple(search_path))
+
+
+@functools.lru_cache(maxsize=64)
+def _roots_from(folder: str, search_path: tuple[str, ...]) -> tuple[str, ...]:
+    import os
+
+    roots = []
+    while True:
+        roots.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    installed = _installed_folders()
+    for entry in search_path:
+        real = os.path.realpath(entry or ".")
+        if real not in installed and "site-packages" not in real and "dist-packages" not in real \
+                and real not in roots and os.path.isdir(real):
+            roots.append(real)
+    return tuple(roots)
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_folders() -> frozenset[str]:
+    import os
+    import sysconfig
+
+    return frozenset(os.path.realpath(sysconfig.get_paths()[key])
+                     for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+def _class_starts_ranks(node: Any, module: Any, path: str, roots: tuple[str, ...],
+                        stand_in: bool, hops: int) -> bool | None:
+    verdicts = [_base_starts_ranks(base, module, path, roots, stand_in, hops)
+                for base in node.bases]
+    if any(verdicts):
+        return True
+    return None if None in verdicts else False
+
+
+def _base_starts_ranks(base: Any, module: Any, path: str, roots: tuple[str, ...],
+                       stand_in: bool, hops: int) -> bool | None:
+    if isinstance(base, ast.Subscript):  # Generic[T], ...
+        base = base.value
+    parts = []
+    while isinstance(base, ast.Attribute):
+        parts.insert(0, base.attr)
+        base = base.value
+    if not isinstance(base, ast.Name):
+        return None  # a call, or anything else computed
+    head, name = base.id, (parts[-1] if parts else base.id)
+    imports = _imports_of(module)
+    if not parts:
+        local = next((node for node in _module_level_classes(module.body)
+                      if node.name == head), None)
+        if local is not None:
+            if hops > _MAX_HOPS:
+                return None
+            return _class_starts_ranks(local, module, path, roots, stand_in, hops + 1)
+        if head in imports and imports[head][1] is not None:
+            source, original, level = imports[head]
+            return _imported_starts_ranks(source, original, level, path, roots, stand_in, hops)
+        if hasattr(builtins, head):  # object, Exception, ...
+            return False
+        # Not bound here: a star import, or made at run time. A harness's name
+        # counts, as the text's own search would count it.
+        return True if PROCESS_RANK_NAMES.fullmatch(head.encode()) else None
+    if head not in imports:
+        return None
+    source, original, level = imports[head]
+    dotted = ".".join(filter(None, [source, original, *parts[:-1]]))
+    return _imported_starts_ranks(dotted, name, level, path, roots, stand_in, hops)
+
+
+def _imports_of(module: Any) -> dict[str, tuple[str, str | None, int]]:
+    # name bound -> (module, name in it or None for a module, relative level);
+    # kept on the tree, which each class of the module asks again.
+    bound = getattr(module, "distspawn_imports", None)
+    if bound is not None:
+        return bound
+    bound = {}
+    for node in _module_level(module.body):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name != "*":
+                    bound[alias.asname or alias.name] = (node.module or "", alias.name, node.level)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = (alias.name, None, 0)
+                else:  # "import a.b" binds a
+                    top = alias.name.split(".")[0]
+                    bound[top] = (top, None, 0)
+    module.distspawn_imports = bound
+    return bound
+
+
+def _imported_starts_ranks(source: str, name: str | None, level: int, path: str,
+                           roots: tuple[str, ...], stand_in: bool,
+                           hops: int) -> bool | None:
+    if name is None:
+        return None  # a module used as a base: not a class
+    if level == 0:
+        top = source.split(".")[0]
+        if top in _HARNESS_MODULES:
+            return PROCESS_RANK_NAMES.fullmatch(name.encode()) is not None
+        if source == _UPSTREAM_HARNESS or source.startswith(_UPSTREAM_HARNESS + "."):
+            return stand_in and PROCESS_RANK_NAMES.fullmatch(name.encode()) is not None
+        if top == "torch" or top in sys.stdlib_module_names:
+            return False
+    if hops >= _MAX_HOPS:
+        return None
+    file = _module_file(source, level, path, roots)
+    module = None if file is None else _module_at(file)
+    if module is None:
+        return None
+    return _base_starts_ranks(ast.Name(id=name), module, file, roots, stand_in, hops + 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _module_file(dotted: str, level: int, path: str, roots: tuple[str, ...]) -> str | None:
+    import os
+
+    parts = [part for part in dotted.split(".") if part]
+    if level:
+        folder = os.path.dirname(os.path.abspath(path))
+        for _ in range(level - 1):
+            folder = os.path.dirname(folder)
+        candidates = [folder]
+    else:
+        candidates = list(roots)
+    for folder in candidates:
+        base = os.path.join(folder, *parts)
+        for file in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(file):
+                return file
+    return None

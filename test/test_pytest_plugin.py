@@ -193,6 +193,71 @@ def test_a_file_whose_ranks_all_run_in_the_test_process_starts_no_rank_server():
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+
+def test_a_file_naming_distspawn_only_for_helpers_starts_no_rank_server():
+    # Its TestCase and the fake backend (pytorch's tensor/debug/test_comm_mode.py
+    # with its imports switched): no class of it starts rank processes.
+    run = pytest_run("fake_world_only.py", "-q", "-p", "no:cacheprovider",
+                     "-p", "count_server_starts")
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert "rank server starts: 0" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_a_rank_class_from_the_projects_own_helpers_starts_the_server_early():
+    # The file names neither distspawn nor a rank class: its base comes from
+    # the project's helpers package, re-exported there (as torchao's tests
+    # take theirs from torchao.testing.utils). The server starts while pytest
+    # imports the file, before this process has imported torch.
+    run = pytest_run("project_base/test_on_project_base.py", "-q", "-p", "no:cacheprovider",
+                     "-p", "count_server_starts")
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert "rank server starts: 1, before torch: 1" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+# (modules of a project: path -> source, whether the test file's classes
+# start rank processes (None: it cannot tell), the same under the stand-in mode)
+DERIVED_GUESSES = [
+    ({"test_a.py": "from distspawn import TestCase\nclass A(TestCase): pass\n"}, False, False),
+    ({"test_a.py": "import unittest\nclass A(unittest.TestCase): pass\n"}, False, False),
+    ({"test_a.py": "from distspawn.dtensor import DTensorTestBase as Base\n"
+                   "class A(Base): pass\n"}, True, True),
+    ({"test_a.py": "from distspawn import MultiThreadedTestCase\n"
+                   "class B(MultiThreadedTestCase): pass\nclass A(B): pass\n"}, False, False),
+    ({"test_a.py": "from helpers import Base\nclass A(Base): pass\n",
+      "helpers.py": "from distspawn import MultiProcessTestCase\n"
+                    "class Base(MultiProcessTestCase): pass\n"}, True, True),
+    ({"test_a.py": "import helpers as h\nclass A(h.Base): pass\n",
+      "helpers.py": "import distspawn\nclass Base(distspawn.MultiProcessTestCase): pass\n"},
+     True, True),
+    ({"test_a.py": "from pkg import Base\nclass A(Base): pass\n",
+      "pkg/__init__.py": "from .bases import Base\n",
+      "pkg/bases.py": "from torch.testing._internal.common_fsdp import FSDPTest\n"
+                      "class Base(FSDPTest): pass\n"}, False, True),
+    ({"tests/__init__.py": "", "tests/common.py": "from distspawn.fsdp import FSDPTest\n"
+                                                  "class Base(FSDPTest): pass\n",
+      "tests/test_a.py": "from .common import Base\nclass A(Base): pass\n"}, True, True),
+    ({"test_a.py": "from not_a_module_here import Base\nclass A(Base): pass\n"}, None, None),
+    ({"test_a.py": "from distspawn import *\nclass A(MultiProcessTestCase): pass\n"},
+     True, True),
+]
+
+
+@pytest.mark.parametrize("files, without, stand_in", DERIVED_GUESSES)
+def test_the_early_start_guess_follows_bases_into_the_projects_modules(
+        tmp_path, files, without, stand_in):
+    import distspawn_source_scan
+
+    for name, source in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(source)
+    test_file = next(tmp_path / name for name in files if name.endswith("test_a.py"))
+    text = test_file.read_bytes()
+    for mode, expected in ((False, without), (True, stand_in)):
+        assert distspawn_source_scan.derives_from_rank_processes(
+            text, str(test_file), mode, []) is expected, (files, mode)
+
 SKIP_GUESSES = [
     # (source, skips without an accelerator, skips with one)
     ("@unittest.skipUnless(torch.cuda.is_available(), 'gpu')\n"
