@@ -206,3 +206,22 @@ def test_a_skip_name_of_another_release_fails_as_on_upstream():
     assert verdicts(run[0].output) == wanted, run[0].output
     assert verdicts(run[1].output) == wanted, run[1].output
     assert f"KeyError: '{names[1]}" in run[1].output, run[1].output
+
+
+def test_a_file_with_distspawns_imports_keeps_both_skip_names_in_a_stand_in_run():
+    # The same run collects a file run unchanged (upstream's table: the other
+    # release's name fails) and one with distspawn's imports (both skip).
+    from distspawn.engine.releases import upstream_says_multi_device
+
+    names = ["multi-device-2", "multi-gpu-2"]
+    if not upstream_says_multi_device():
+        names.reverse()
+    run = run_python(["-m", "pytest", "-v", "-p", "no:cacheprovider", "--distspawn-stand-in",
+                      "skip_names_by_release.py", "skip_names_with_distspawn.py"],
+                     env={"SKIP_NAMES": ",".join(names)}, timeout=300)
+    assert verdicts(run.output) == {
+        "SkipsByName::test_installed_releases_name": "SKIPPED",
+        "SkipsByName::test_other_releases_name": "FAILED",
+        "SkipsByNameWithDistspawn::test_installed_releases_name": "SKIPPED",
+        "SkipsByNameWithDistspawn::test_other_releases_name": "SKIPPED"}, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []

@@ -27,6 +27,7 @@ mode is asked for.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import importlib
 import os
@@ -34,6 +35,7 @@ import runpy
 import sys
 import warnings
 from types import ModuleType
+from typing import Any, Iterator
 
 STAND_IN_VAR = "DISTSPAWN_STAND_IN"
 # distspawn_pytest.py checks values with the same lists (test_layout compares them).
@@ -125,15 +127,52 @@ def _only_the_installed_releases_skip_names(upstream_skips: dict) -> None:
     # runs with distspawn's imports. Upstream's has its release's spelling
     # only, and a file of the other release that looks up a key it lacks fails
     # there with a KeyError (pytorch's test_c10d_logger.py on 2.13): files run
-    # unchanged get that verdict too. Upstream's module now holds distspawn's
-    # table, so the other spelling goes from it; distspawn's own skips use the
-    # installed release's.
+    # unchanged get that verdict too. Upstream's modules get a view of
+    # distspawn's table without the other spelling; distspawn's own stays
+    # whole for the files of the same run that import distspawn.
     from ..engine.exit_codes import DEVICE_COUNT_SPELLINGS, TEST_SKIPS
 
     stems = tuple(f"{key}-" for key in DEVICE_COUNT_SPELLINGS)
-    for name in [name for name in TEST_SKIPS if name not in upstream_skips
-                 and name.startswith(stems)]:
-        del TEST_SKIPS[name]
+    view = SkipNamesOfThisRelease(TEST_SKIPS, {
+        name for name in TEST_SKIPS if name not in upstream_skips and name.startswith(stems)})
+    for upstream_name in _REPLACED:
+        module = sys.modules[upstream_name]
+        if getattr(module, "TEST_SKIPS", None) is TEST_SKIPS:
+            module.TEST_SKIPS = view
+
+
+class SkipNamesOfThisRelease(collections.abc.MutableMapping):
+    """distspawn's ``TEST_SKIPS`` as upstream's harness modules show it in the stand-in mode.
+
+    The installed release's names only; what a test adds or changes goes into
+    distspawn's table, where the verdicts read exit codes.
+    """
+
+    def __init__(self, table: dict, hidden: set[str]) -> None:
+        self._table, self._hidden = table, hidden
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._hidden:
+            raise KeyError(name)
+        return self._table[name]
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        self._hidden.discard(name)
+        self._table[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        if name in self._hidden:
+            raise KeyError(name)
+        del self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in list(self._table) if name not in self._hidden)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 def _share_one_generator_between_rank_threads() -> None:
