@@ -258,7 +258,7 @@ def _skips_the_module(statement: Any) -> bool:
 # for helpers (TestCase, the fake backend): the file's text alone cannot tell
 # whether a rank process starts. These follow each base, without importing
 # anything, through the project's own files.
-_HARNESS_MODULES = ("distspawn", "distspawn_pytest")
+_HARNESS_MODULES = ("distspawn",)
 _UPSTREAM_HARNESS = "torch.testing._internal"
 _MAX_HOPS = 6  # modules followed from the test file, through re-exports
 
