@@ -323,8 +323,8 @@ def _may_start_rank_processes(file_path: Any) -> bool:
         # Where a base leads out of sight (an installed package, a star
         # import), a file naming distspawn is taken to start ranks unless it
         # names only the classes that run them as threads.
-        if not (derived or derived is None and b"distspawn" in text
-                and not source_scan.THREAD_RANK_NAMES.search(text)):
+        if not (derived or (derived is None and b"distspawn" in text
+                            and not source_scan.THREAD_RANK_NAMES.search(text))):
             return False
     # A file whose rank tests all skip here (most tests written for GPUs, on
     # a machine without one) starts nothing: a server started for it would

@@ -13,6 +13,7 @@ import ast
 import builtins
 import functools
 import glob
+import os
 import re
 import sys
 from typing import Any
@@ -84,9 +85,8 @@ def rank_tests_all_skip(text: bytes, accelerator: bool) -> bool:
     cannot see (a test inherited from an imported class, a class made at run
     time) counts as a test that runs: the guess only ever costs a later start.
     """
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    tree = parsed(text)
+    if tree is None:
         return False
     local_classes: dict[str, Any] = {}
     rank_classes: set[str] = set()
@@ -278,15 +278,12 @@ def derives_from_rank_processes(text: bytes, path: str, stand_in: bool,
     """
     if not _names_a_base_to_follow(text):
         return False
-    module = _parsed(text)
+    module = parsed(text)
     if module is None:
         return None
     roots = _search_roots(path, search_path)
-    verdicts = [_class_starts_ranks(node, module, path, roots, stand_in, 0)
-                for node in _module_level_classes(module.body)]
-    if any(verdicts):
-        return True
-    return None if None in verdicts else False
+    return _any_of([_class_starts_ranks(node, module, path, roots, stand_in, 0)
+                    for node in _module_level_classes(module.body)])
 
 
 # Bases that are no rank class wherever they come from in practice: a file
@@ -329,7 +326,17 @@ def _module_level_classes(body: list) -> list:
     return [node for node in _module_level(body) if isinstance(node, ast.ClassDef)]
 
 
-def _parsed(text: bytes) -> Any:
+@functools.lru_cache(maxsize=1)
+def parsed(text: bytes) -> Any:
+    """The file's syntax tree, None if it does not parse; kept for the next question.
+
+    The plugin asks :func:`derives_from_rank_processes`, then
+    :func:`rank_tests_all_skip`, about the same text: it is parsed once.
+    """
+    return _tree_or_none(text)
+
+
+def _tree_or_none(text: bytes) -> Any:
     try:
         return ast.parse(text)
     except (SyntaxError, ValueError):
@@ -340,7 +347,7 @@ def _parsed(text: bytes) -> Any:
 def _module_at(file: str) -> Any:
     try:
         with open(file, "rb") as f:
-            return _parsed(f.read(1 << 20))
+            return _tree_or_none(f.read(1 << 20))
     except OSError:
         return None
 
@@ -349,15 +356,11 @@ def _search_roots(path: str, search_path: list[str]) -> tuple[str, ...]:
     # The folders upwards of the test file (where its project's packages sit,
     # whatever pytest's rootdir), then the interpreter's path less the
     # installed packages and the standard library.
-    import os
-
     return _roots_from(os.path.dirname(os.path.abspath(path)), tuple(search_path))
 
 
 @functools.lru_cache(maxsize=64)
 def _roots_from(folder: str, search_path: tuple[str, ...]) -> tuple[str, ...]:
-    import os
-
     roots = []
     while True:
         roots.append(folder)
@@ -376,8 +379,7 @@ def _roots_from(folder: str, search_path: tuple[str, ...]) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _installed_folders() -> frozenset[str]:
-    import os
-    import sysconfig
+    import sysconfig  # not loaded by a plain pytest run: only when bases are followed
 
     return frozenset(os.path.realpath(sysconfig.get_paths()[key])
                      for key in ("stdlib", "platstdlib", "purelib", "platlib"))
@@ -385,8 +387,12 @@ def _installed_folders() -> frozenset[str]:
 
 def _class_starts_ranks(node: Any, module: Any, path: str, roots: tuple[str, ...],
                         stand_in: bool, hops: int) -> bool | None:
-    verdicts = [_base_starts_ranks(base, module, path, roots, stand_in, hops)
-                for base in node.bases]
+    return _any_of([_base_starts_ranks(base, module, path, roots, stand_in, hops)
+                    for base in node.bases])
+
+
+def _any_of(verdicts: list[bool | None]) -> bool | None:
+    # True if one is; else None if one cannot tell; else False.
     if any(verdicts):
         return True
     return None if None in verdicts else False
@@ -449,11 +455,9 @@ def _imports_of(module: Any) -> dict[str, tuple[str, str | None, int]]:
     return bound
 
 
-def _imported_starts_ranks(source: str, name: str | None, level: int, path: str,
+def _imported_starts_ranks(source: str, name: str, level: int, path: str,
                            roots: tuple[str, ...], stand_in: bool,
                            hops: int) -> bool | None:
-    if name is None:
-        return None  # a module used as a base: not a class
     if level == 0:
         top = source.split(".")[0]
         if top in _HARNESS_MODULES:
@@ -473,8 +477,6 @@ def _imported_starts_ranks(source: str, name: str | None, level: int, path: str,
 
 @functools.lru_cache(maxsize=1024)
 def _module_file(dotted: str, level: int, path: str, roots: tuple[str, ...]) -> str | None:
-    import os
-
     parts = [part for part in dotted.split(".") if part]
     if level:
         folder = os.path.dirname(os.path.abspath(path))
