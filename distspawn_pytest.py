@@ -256,7 +256,9 @@ def _guess_test_modules() -> dict[str, Any] | None:
     # sys.path and the environment as pytest will have them after importing
     # the ones it has not imported yet. (Files collected later are left to
     # the list, after collection.)
-    guesses = list(_guesses)
+    # The first alone: a server holds one test module (the one whose tests
+    # start ranks first), as a rank that imported its own module would.
+    guesses = list(_guesses[:1])
     if not guesses:
         _guess_state["sent"] = True
         return None

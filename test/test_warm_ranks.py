@@ -36,10 +36,23 @@ def _pytest_run(env=None):
 def test_test_modules_are_preloaded_and_each_test_gets_fresh_ranks():
     # warm_module.py asserts in its ranks that they found it loaded (imported
     # in another process: the server) and saw nothing an earlier test left.
-    # warm_env_module.py read, at import, a variable its class sets later: the
-    # server is restarted without it (never dropped from a rank), said once.
+    # warm_env_module.py reads, at import, a variable its class sets later.
+    # The server that forks its ranks starts when its tests do (the first
+    # server held warm_module alone), so it imports it with the variable set,
+    # as each rank would: nothing to say.
     run = _pytest_run()
     assert run.returncode == 0 and "3 passed" in run.output, run.output
+    assert "WarmImportWarning" not in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_a_module_that_read_a_variable_its_class_sets_later_is_left_to_the_ranks():
+    # warm_env_module.py alone: the server imported it during collection,
+    # before its class set the variable. It is restarted without it (never
+    # dropped from a rank), said once.
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "warm_env_module.py"],
+                     timeout=240)
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
     assert run.output.count("WarmImportWarning") == 1, run.output
     assert ("test module warm_env_module (or a module it imports) read the environment at "
             "import, and ranks have it otherwise (WARM_MODE); the rank server is restarted "
@@ -255,12 +268,27 @@ def test_a_wrong_guess_leaves_nothing_in_the_ranks(tmp_path, case):
 
 
 def test_a_module_whose_tests_were_deselected_is_not_in_the_ranks(tmp_path):
-    # ranks_a and ranks_b are guessed and collected; -k keeps ranks_b's test
-    # only. Its ranks must not find ranks_a loaded (ranks_b asserts it in them):
-    # the list names ranks_b alone, so the guess is dropped and ranks_b is
-    # imported afresh.
+    # ranks_a and ranks_b are collected, and the server guesses ranks_a (the
+    # first); -k keeps ranks_b's test only. Its ranks must not find ranks_a
+    # loaded (ranks_b asserts it in them): the list names ranks_b, so the
+    # guess is dropped and ranks_b is imported in its place.
     run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"], "-k", "GuessedB")
     assert run.returncode == 0 and "1 passed, 1 deselected" in run.output, run.output
     in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
-    assert in_server.count("guessed_imports.ranks_b") == 2, imports
+    assert in_server == ["guessed_imports.ranks_a", "guessed_imports.ranks_b"], imports
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_ranks_of_one_test_module_never_see_another_kept_in_the_run(tmp_path):
+    # Both modules' tests run. A rank started afresh imports its own test
+    # module alone, and one module's imports can change what another's see
+    # (pytorch's RPC faulty-agent fixture rebinds the RPC registry's
+    # BackendType at import). ranks_b asserts in its ranks that ranks_a is
+    # not loaded: the server held ranks_a for ranks_a's test, then was
+    # restarted with ranks_b alone. Each is imported once by a server.
+    run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"])
+    assert run.returncode == 0 and "2 passed" in run.output, run.output
+    in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
+    assert in_server == ["guessed_imports.ranks_a", "guessed_imports.ranks_b"], imports
+    assert "WarmImportWarning" not in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []

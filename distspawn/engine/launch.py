@@ -83,10 +83,11 @@ def process_class(start_method: str, test_module: str | None = None) -> type:
             "process (forked children would inherit a broken CUDA context); use 'spawn'"
         )
     if start_method == "forkserver":
-        # This process's own server, shared with nothing else; where what it
-        # preloaded no longer fits this process's environment, and it cannot be
-        # made to, these ranks start afresh (the run was told why).
+        # This process's own server, shared with nothing else, holding this
+        # test's module and no other; where what it preloaded no longer fits
+        # this process's environment, and it cannot be made to, these ranks
+        # start afresh (the run was told why).
         rank_server.start_rank_server([test_module] if test_module else [])
-        if not rank_server.ranks_may_fork(dict(os.environ)):
+        if not rank_server.ranks_may_fork(dict(os.environ), test_module):
             start_method = "spawn"
     return mp.get_context(start_method).Process

@@ -1,10 +1,16 @@
 """This test process's rank server: the forkserver every rank is forked from.
 
-The server imports torch, distspawn and the test modules once (see
+The server imports torch, distspawn and one test module (see
 ``engine.preload`` and ``engine.warm_modules``); each rank forked from it
 starts with all of that loaded. That is only right while a rank could not tell
-the difference from importing it all itself, so before ranks are forked the
-server's report is checked:
+the difference from importing it all itself, so:
+- a server holds the module of the tests whose ranks it forks, and no other
+  test module: a rank started afresh imports its own test module alone, and
+  one module's imports can change what another's see (importing pytorch's RPC
+  faulty-agent fixture replaces ``BackendType`` in the RPC backend registry,
+  so a TensorPipe test in another module fails in a rank that has it). When
+  the tests of another module start ranks, the server is restarted with that
+  module instead (never with both);
 - the server took this process's environment when it started, and again when
   it was told the test modules; every variable its imports read is recorded,
   and a rank whose environment differs in one of them would have imported
@@ -54,6 +60,7 @@ class _Server:
     def __init__(self, channel: distspawn_rank_server.ModuleListChannel | None,
                  environ_path: str | None) -> None:
         self.channel = channel  # None once the module list is on its way
+        self.module: str | None = None  # the test module it was told to preload
         self.environ_path = environ_path  # removed by the server once read
         self.report: dict[str, Any] | None = None
         self.answered = threading.Event()
@@ -72,6 +79,7 @@ class _Server:
 
 
 _wanted: list[str] = []  # test modules to preload, in the order asked for
+_next_module: list[str | None] = [None]  # the one the next server preloads
 _excluded: dict[str, str] = {}  # never preloaded again: module -> why
 _server: _Server | None = None
 _spawn_instead: str | None = None  # why ranks start afresh for the rest of the run
@@ -110,6 +118,8 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
     for name in modules:
         if name != "__main__" and name in sys.modules and name not in _wanted:
             _wanted.append(name)
+    if _next_module[0] is None and _wanted:
+        _next_module[0] = _wanted[0]  # the first tests to run are its
     if _server is not None:
         if not more_to_come:
             _send_module_list(_server)
@@ -184,11 +194,14 @@ def _send_module_list(server: _Server) -> None:
     channel, server.channel = server.channel, None
     if channel is None:
         return
+    if _next_module[0] in _excluded:
+        _next_module[0] = None
+    server.module = _next_module[0]
     # The server asks once its own imports are done: answered from a thread,
     # so that this process goes on meanwhile (its first rank waits for the
     # server anyway). A server that died never asks: the thread gives up.
     # Each module's file too: the server checks a guess it was sent against it.
-    modules = [m for m in _wanted if m not in _excluded]
+    modules = [server.module] if server.module is not None else []
     request = json.dumps({
         "modules": modules, "sys_path": sys.path, "environ": dict(os.environ),
         "files": {m: getattr(sys.modules.get(m), "__file__", None) for m in modules},
@@ -222,20 +235,35 @@ def _say_once(text: str) -> None:
         warnings.warn(f"distspawn: {text}", WarmImportWarning, stacklevel=3)
 
 
-def ranks_may_fork(environ: dict[str, str]) -> bool:
-    """Whether ranks with ``environ`` may be forked from the server now.
+def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> bool:
+    """Whether ranks with ``environ``, of a test in ``test_module``, may be forked
+    from the server now.
 
     Checks the server's report (waiting for it if it is still importing),
-    restarting the server where a preloaded module read the environment
-    otherwise than ``environ`` has it. False: start these ranks afresh
-    (``spawn``); the run has been told why, once.
+    restarting the server where it holds another test module, or where a
+    preloaded module read the environment otherwise than ``environ`` has it.
+    False: start these ranks afresh (``spawn``); the run has been told why,
+    once (or, where ranks of another module's test still run from the server,
+    these start afresh, as each rank imports its own module alone).
     """
     for _ in range(len(_wanted) + 3):  # a restart leaves a module out, or takes the environment
         if _spawn_instead is not None:
             return False
-        if _server is None or _server.fits == environ:
+        if _server is None:
+            return True
+        wanted = test_module if test_module in _wanted and test_module not in _excluded \
+            else None
+        if _server.channel is not None:  # not told its module yet: this one
+            _next_module[0] = wanted
+            _send_module_list(_server)
+        elif _server.module != wanted:
+            if _live_forked_ranks():
+                return False
+            _next_module[0] = wanted
+            _restart()
+            continue
+        if _server.fits == environ:
             return True  # every test of a class starts ranks with the same environment
-        _send_module_list(_server)  # nothing when it is on its way already
         if not _server.answered.wait(REPORT_WAIT_S):
             _fall_back_to_spawn("the rank server did not finish its start")
             return False
