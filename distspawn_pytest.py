@@ -201,31 +201,33 @@ def _isolate_xdist_worker(worker: str) -> tuple:
 # asks for the test modules, and its environment file (see below).
 _early_server: tuple[Any, str] | None = None
 _early_server_tried = False  # once a run: a second would find the first running
-# The test files that may start rank processes, as pytest will import them
-# (module name, file, the sys.path entry it adds), until the server is told
-# them: it imports them while this process does. See _guess_test_modules.
+# The first test file that may start rank processes, as pytest will import it
+# (module name, file, the sys.path entry it adds): the server imports it while
+# this process does. See _guess_test_modules. (Empty where it cannot be named.)
 _guesses: list[tuple[str, str, str]] = []
-_guess_state = {"mode": "prepend", "sent": False}
+_guess_state = {"mode": "prepend", "sent": False}  # sent: the guess has gone
 
 
 def pytest_collect_file(file_path: Any, parent: Any) -> None:
     # The first test file that may start rank processes starts the rank
     # server, so that it imports torch while this process does (about 2 s,
-    # otherwise paid by the first test), then the test modules guessed so far
-    # while this process imports them too. Nothing here imports torch.
+    # otherwise paid by the first test), then that file's module while this
+    # process imports it too. That module alone: a server holds one test
+    # module (the one whose tests start ranks first), as a rank that imported
+    # its own module would; later files are not looked at. Nothing here
+    # imports torch.
     global _early_server, _early_server_tried
-    if _guess_state["sent"] or not str(file_path).endswith(".py") \
+    if _early_server_tried or not str(file_path).endswith(".py") \
             or parent.config.option.collectonly or not _collected_as_tests(file_path, parent) \
             or not _may_start_rank_processes(file_path):
         return None
+    _early_server_tried = True
     guess = _test_module_guess(file_path, parent.config)
     if guess is not None:
         _guesses.append(guess)
-    if not _early_server_tried:
-        _early_server_tried = True
-        _early_server = _start_rank_server_early()
-        if _early_server is not None:
-            _early_server[0].offer_guess(_guess_test_modules)
+    _early_server = _start_rank_server_early()
+    if _early_server is not None:
+        _early_server[0].offer_guess(_guess_test_modules)
     return None
 
 
@@ -256,9 +258,7 @@ def _guess_test_modules() -> dict[str, Any] | None:
     # sys.path and the environment as pytest will have them after importing
     # the ones it has not imported yet. (Files collected later are left to
     # the list, after collection.)
-    # The first alone: a server holds one test module (the one whose tests
-    # start ranks first), as a rank that imported its own module would.
-    guesses = list(_guesses[:1])
+    guesses = list(_guesses)
     if not guesses:
         _guess_state["sent"] = True
         return None

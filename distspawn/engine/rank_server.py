@@ -79,7 +79,6 @@ class _Server:
 
 
 _wanted: list[str] = []  # test modules to preload, in the order asked for
-_next_module: list[str | None] = [None]  # the one the next server preloads
 _excluded: dict[str, str] = {}  # never preloaded again: module -> why
 _server: _Server | None = None
 _spawn_instead: str | None = None  # why ranks start afresh for the rest of the run
@@ -118,17 +117,16 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
     for name in modules:
         if name != "__main__" and name in sys.modules and name not in _wanted:
             _wanted.append(name)
-    if _next_module[0] is None and _wanted:
-        _next_module[0] = _wanted[0]  # the first tests to run are its
+    first = _wanted[0] if _wanted else None  # the first tests to run are its
     if _server is not None:
         if not more_to_come:
-            _send_module_list(_server)
+            _send_module_list(_server, first)
         return
     check_rank_server_address()
-    _start(send_now=not more_to_come)
+    _start(first, send_now=not more_to_come)
 
 
-def _start(send_now: bool) -> None:
+def _start(module: str | None, send_now: bool) -> None:
     global _server
     if not sys.platform.startswith("linux"):  # no abstract sockets: no test modules
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
@@ -137,7 +135,7 @@ def _start(send_now: bool) -> None:
         return
     _server = _Server(*distspawn_rank_server.start_server(FORKSERVER_PRELOAD))
     if send_now:
-        _send_module_list(_server)
+        _send_module_list(_server, module)
 
 
 def adopt_rank_server(channel: distspawn_rank_server.ModuleListChannel,
@@ -190,13 +188,12 @@ def _stop_server_still_importing() -> None:
 atexit.register(_stop_server_still_importing)
 
 
-def _send_module_list(server: _Server) -> None:
+def _send_module_list(server: _Server, module: str | None) -> None:
+    # ``module``: the test module it is to preload (None, or one excluded: none).
     channel, server.channel = server.channel, None
     if channel is None:
         return
-    if _next_module[0] in _excluded:
-        _next_module[0] = None
-    server.module = _next_module[0]
+    server.module = module if module not in _excluded else None
     # The server asks once its own imports are done: answered from a thread,
     # so that this process goes on meanwhile (its first rank waits for the
     # server anyway). A server that died never asks: the thread gives up.
@@ -254,13 +251,11 @@ def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> b
         wanted = test_module if test_module in _wanted and test_module not in _excluded \
             else None
         if _server.channel is not None:  # not told its module yet: this one
-            _next_module[0] = wanted
-            _send_module_list(_server)
+            _send_module_list(_server, wanted)
         elif _server.module != wanted:
             if _live_forked_ranks():
                 return False
-            _next_module[0] = wanted
-            _restart()
+            _restart(wanted)
             continue
         if _server.fits == environ:
             return True  # every test of a class starts ranks with the same environment
@@ -274,7 +269,7 @@ def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> b
             return _spawn_instead is None
         if _live_forked_ranks():
             return False  # forked from this server: a restart would end them
-        _restart()
+        _restart(_server.module)  # less a module just excluded
     _fall_back_to_spawn("the rank server kept going stale")
     return False
 
@@ -325,7 +320,7 @@ def _live_forked_ranks() -> bool:
     return any(isinstance(p, forked) for p in multiprocessing.active_children())
 
 
-def _restart() -> None:
+def _restart(module: str | None) -> None:
     global _server
     stop = getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_stop", None)
     if stop is None:  # private to multiprocessing (see distspawn.private_apis)
@@ -333,4 +328,4 @@ def _restart() -> None:
         return
     stop()
     _server = None
-    _start(send_now=True)
+    _start(module, send_now=True)
