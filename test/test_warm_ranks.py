@@ -285,10 +285,35 @@ def test_ranks_of_one_test_module_never_see_another_kept_in_the_run(tmp_path):
     # (pytorch's RPC faulty-agent fixture rebinds the RPC registry's
     # BackendType at import). ranks_b asserts in its ranks that ranks_a is
     # not loaded: the server held ranks_a for ranks_a's test, then was
-    # restarted with ranks_b alone. Each is imported once by a server.
-    run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"])
+    # switched to ranks_b alone. Each is imported once by a server, and the
+    # switch imports no torch again: the server's process that holds torch
+    # and distspawn, and no test module, forks one that imports ranks_b.
+    run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"], "-p", "count_server_starts")
     assert run.returncode == 0 and "2 passed" in run.output, run.output
     in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
     assert in_server == ["guessed_imports.ranks_a", "guessed_imports.ranks_b"], imports
+    assert "rank server starts: 1," in run.output, run.output
     assert "WarmImportWarning" not in run.output, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+def test_a_module_the_server_refused_is_not_tried_again_when_its_tests_come_back(tmp_path):
+    # warm_module's import starts a thread: refused, said once, and its ranks
+    # import it themselves. Its tests run before and after another module's
+    # (the server switched to that one in between): the server does not
+    # import it again for the second, as it does not in a run of it alone.
+    def server_imports(*node_ids):
+        log = tmp_path / f"imports-{len(node_ids)}.log"
+        run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", *node_ids],
+                         env={"WARM_START_THREAD": "1", "WARM_IMPORT_LOG": str(log),
+                              "GUESS_IMPORT_LOG": str(tmp_path / "guess.log")}, timeout=240)
+        assert run.returncode == 0 and f"{len(node_ids)} passed" in run.output, run.output
+        assert run.output.count("WarmImportWarning") == 1, run.output
+        assert run.leftover_pids == [] and run.leftover_files == []
+        return log.read_text().count("distspawn rank server")
+
+    test_a = "warm_module.py::WarmModule::test_a_ranks_find_the_module_loaded_unless_unsafe"
+    test_b = "warm_module.py::WarmModule::test_b_ranks_see_no_state_from_an_earlier_test"
+    alone = server_imports(test_a)
+    assert alone >= 1
+    assert server_imports(test_a, "guessed_imports/ranks_b.py", test_b) == alone

@@ -9,8 +9,10 @@ the difference from importing it all itself, so:
   one module's imports can change what another's see (importing pytorch's RPC
   faulty-agent fixture replaces ``BackendType`` in the RPC backend registry,
   so a TensorPipe test in another module fails in a rank that has it). When
-  the tests of another module start ranks, the server is restarted with that
-  module instead (never with both);
+  the tests of another module start ranks, the server is switched to that
+  module instead (never holding both): the process that serves ends, and the
+  one it was forked from, with torch and distspawn loaded but no test module,
+  forks another that imports the new module (``engine.warm_modules``);
 - the server took this process's environment when it started, and again when
   it was told the test modules; every variable its imports read is recorded,
   and a rank whose environment differs in one of them would have imported
@@ -60,6 +62,8 @@ class _Server:
     def __init__(self, channel: distspawn_rank_server.ModuleListChannel | None,
                  environ_path: str | None) -> None:
         self.channel = channel  # None once the module list is on its way
+        # Kept open once the report came, where the server can switch modules.
+        self.connection: socket.socket | None = None
         self.module: str | None = None  # the test module it was told to preload
         self.environ_path = environ_path  # removed by the server once read
         self.report: dict[str, Any] | None = None
@@ -69,6 +73,14 @@ class _Server:
         if not self.reports:
             self.answered.set()
         atexit.register(self.remove_environ_file)
+
+    def switchable(self) -> bool:
+        return self.connection is not None and bool((self.report or {}).get("switch"))
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
 
     def remove_environ_file(self) -> None:
         if self.environ_path is not None:
@@ -174,6 +186,7 @@ def stop_rank_server() -> None:
     if distspawn_rank_server.stop_server():
         if _server.channel is not None:  # the module list was never sent
             _server.channel.close()
+        _server.close()
         _server.remove_environ_file()
         _server = None
 
@@ -188,42 +201,72 @@ def _stop_server_still_importing() -> None:
 atexit.register(_stop_server_still_importing)
 
 
-def _send_module_list(server: _Server, module: str | None) -> None:
+def _request(server: _Server, module: str | None) -> bytes:
     # ``module``: the test module it is to preload (None, or one excluded: none).
-    channel, server.channel = server.channel, None
-    if channel is None:
-        return
-    server.module = module if module not in _excluded else None
-    # The server asks once its own imports are done: answered from a thread,
-    # so that this process goes on meanwhile (its first rank waits for the
-    # server anyway). A server that died never asks: the thread gives up.
     # Each module's file too: the server checks a guess it was sent against it.
+    server.module = module if module not in _excluded else None
     modules = [server.module] if server.module is not None else []
-    request = json.dumps({
+    return json.dumps({
         "modules": modules, "sys_path": sys.path, "environ": dict(os.environ),
         "files": {m: getattr(sys.modules.get(m), "__file__", None) for m in modules},
     }).encode() + b"\n"
 
+
+def _read_report(connection: socket.socket) -> dict[str, Any] | None:
+    # One JSON line (None: the server ended first).
+    connection.settimeout(REPORT_WAIT_S)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data) if data.strip() else None
+
+
+def _send_module_list(server: _Server, module: str | None) -> None:
+    channel, server.channel = server.channel, None
+    if channel is None:
+        return
+    request = _request(server, module)
+
+    # The server asks once its own imports are done: answered from a thread,
+    # so that this process goes on meanwhile (its first rank waits for the
+    # server anyway). A server that died never asks: the thread gives up.
     def converse() -> None:
+        connection = None
         try:
             connection = channel.connect(distspawn_rank_server.LIST_WAIT_S)
             if connection is None:
                 return
-            with connection:
-                connection.sendall(request)
-                connection.shutdown(socket.SHUT_WR)
-                connection.settimeout(REPORT_WAIT_S)
-                data = b""
-                while chunk := connection.recv(65536):
-                    data += chunk
-            server.report = json.loads(data) if data else None
+            connection.sendall(request)
+            server.report = _read_report(connection)
         except (OSError, ValueError):
             pass
         finally:
             channel.close()
+            if server.report is not None and server.report.get("switch"):
+                server.connection = connection
+            elif connection is not None:
+                connection.close()
             server.answered.set()
 
     threading.Thread(target=converse, name="distspawn-rank-server", daemon=True).start()
+
+
+def _switch(module: str | None) -> bool:
+    """Have the server serve ``module``'s ranks in place of the last module's,
+    without importing torch again (False: it cannot, or failed to)."""
+    server = _server
+    if server is None or not server.switchable():
+        return False
+    server.report = server.fits = None
+    try:
+        server.connection.sendall(_request(server, module))
+        server.report = _read_report(server.connection)
+    except (OSError, ValueError):
+        pass
+    return server.report is not None
 
 
 def _say_once(text: str) -> None:
@@ -255,7 +298,8 @@ def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> b
         elif _server.module != wanted:
             if _live_forked_ranks():
                 return False
-            _restart(wanted)
+            if not _switch(wanted):
+                _restart(wanted)
             continue
         if _server.fits == environ:
             return True  # every test of a class starts ranks with the same environment
@@ -269,7 +313,10 @@ def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> b
             return _spawn_instead is None
         if _live_forked_ranks():
             return False  # forked from this server: a restart would end them
-        _restart(_server.module)  # less a module just excluded
+        # Less a module just excluded (a switch), or with the environment as
+        # it is now (only a restart: torch and distspawn read the old one).
+        if restart == "preload" or not _switch(_server.module):
+            _restart(_server.module)
     _fall_back_to_spawn("the rank server kept going stale")
     return False
 
@@ -296,6 +343,9 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
     for name, why in report.get("refused", {}).items():
         _say_once(f"test module {name} is not preloaded into the rank server: {why}; "
                   "each rank imports it itself")
+        _excluded.setdefault(name, why)  # not asked for again
+        if server.module == name:
+            server.module = None  # what it holds
     stale_preload = distspawn_rank_server.stale_reads(report.get("preload", {}), environ)
     if stale_preload:
         # Each time (a restart costs what one spawned rank does): classes that
@@ -326,6 +376,8 @@ def _restart(module: str | None) -> None:
     if stop is None:  # private to multiprocessing (see distspawn.private_apis)
         _fall_back_to_spawn("this Python's forkserver cannot be restarted")
         return
+    if _server is not None:
+        _server.close()
     stop()
     _server = None
     _start(module, send_now=True)

@@ -17,8 +17,12 @@ undone or dropped:
   process, a socket, CUDA) ends that child: the server forks another, which
   imports the others without it. Once a child has imported all that it
   should, it becomes the server (ranks are forked from it) and the server it
-  came from only waits for it to end. So each module is imported once when
-  all goes well, and a process that imported a refused module never serves;
+  came from, which holds torch and distspawn but no test module, waits: for
+  it to end, or for the test process to ask for another test module (the
+  server holds one at a time, see ``distspawn.engine.rank_server``), when it
+  ends that child and forks another for the new module. So each module is
+  imported once when all goes well, a switch imports no torch again, and a
+  process that imported a refused module never serves;
 - under pytest, the child may start on a guess (the files pytest is about to
   import, as it will name them) before collection is over, so that it imports
   them while the test process does. It then reads the list and checks the
@@ -49,17 +53,22 @@ import distspawn_rank_server
 from . import parent_death
 
 IMPORT_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
+STOP_WAIT_S = 10.0  # for a successor asked to end to do so; then it is killed
 
 
 def serve(preload_failures: dict[str, str]) -> None:
     """Finish the server's start: report its preload, then warm the test modules.
 
     ``preload_failures``: the server's own imports that raised (module -> why).
+    Where they all imported, this process never serves: a successor does,
+    with the test module, and this process (torch and distspawn loaded, no
+    test module) stays to fork the next successor when the test process asks
+    for another test module (see :func:`_serve_in_turn`).
     """
     report: dict[str, Any] = {
         "preload": distspawn_rank_server.preload_recording.stop(),
         "preload_failures": preload_failures,
-        "modules": {}, "refused": {},
+        "modules": {}, "refused": {}, "switch": False,
     }
     name = distspawn_rank_server.list_socket_name()
     if name is None:
@@ -72,41 +81,105 @@ def serve(preload_failures: dict[str, str]) -> None:
     with connection:
         lines = _Lines(connection)
         request = lines.next()
+        if preload_failures:
+            if "guess" in request:
+                lines.next()  # the list: read, though nothing more is imported
+            _send_report(connection, report)
+            return
         guess = request.get("guess")
+        # None in the process that serves from now on; a successor's pid in
+        # the one it came from; else the list, to import afresh.
+        outcome: int | dict[str, Any] | None = request
         if isinstance(guess, dict):
-            # None: this process imported all on the guess, and serves now.
-            request = {} if preload_failures else _warm_on_guess(guess, lines, report)
-            if request == {}:  # the guess was left before the list was read
-                request = lines.next()
-        if not preload_failures and request is not None:
-            _warm(request, report)
-        try:
-            connection.sendall(json.dumps(report).encode())
-            # The end of the report, even while the server this one came from
-            # (engine.warm_modules' successor) still holds the socket open.
-            connection.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+            outcome = _warm_on_guess(guess, lines, report)
+            if outcome == {}:  # the guess was left before the list was read
+                outcome = lines.next()
+        if isinstance(outcome, dict):
+            outcome = _warm(outcome, report)
+        if outcome is not None:
+            _serve_in_turn(outcome, lines, report)  # never returns here
+        _send_report(connection, report)
+
+
+def _send_report(connection: socket.socket, report: dict[str, Any]) -> None:
+    # One line: the process a successor came from keeps the connection open
+    # for the next test module, so its end is not the report's.
+    try:
+        connection.sendall(json.dumps(report).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _serve_in_turn(successor: int, lines: "_Lines", report: dict[str, Any]) -> None:
+    """In the process a successor serves for: wait for the test process to ask
+    for another test module, and fork a successor for it in place of the last.
+
+    Returns in the new successor, which serves; otherwise never: this
+    process ends with the last successor, once the test process has gone.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the serving successor does
+    while True:
+        request = lines.next()
+        if not request:  # the test process has gone (or closed the connection)
+            _wait_for_successor(successor)
+        _stop_successor(successor)
+        report["modules"] = {}
+        outcome = _warm(request, report)
+        if outcome is None:
+            return
+        successor = outcome
+
+
+def _stop_successor(pid: int) -> None:
+    # The test process asks only once no rank forked from it still runs. It
+    # ends as it would once the test process leaves (SystemExit in its
+    # forkserver loop: its at-exit clean-ups run), or is killed.
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if not _ends_within(pid, STOP_WAIT_S):
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _ends_within(pid: int, wait_s: float) -> bool:
+    try:
+        watch = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd here: no waiting with a limit
+        return False
+    try:
+        ready, _, _ = select.select([watch], [], [], wait_s)
+        return bool(ready)
+    finally:
+        os.close(watch)
 
 
 class _Lines:
     """The test process's messages: one JSON object a line (``{}`` once it has
-    shut its side, or left, or sent something else)."""
+    shut its side, or left, or sent something else).
+
+    Reads no further than the line it returns: the next is for whichever
+    process reads next (a child forked after this read, or this process once
+    its successor is asked to end)."""
 
     def __init__(self, connection: socket.socket) -> None:
         self._connection = connection
-        self._buffer = b""
 
     def next(self) -> dict[str, Any]:
+        line = b""
         try:
-            while b"\n" not in self._buffer:
-                chunk = self._connection.recv(65536)
-                if not chunk:
+            while not line.endswith(b"\n"):
+                ahead = self._connection.recv(65536, socket.MSG_PEEK)
+                if not ahead:
                     break
-                self._buffer += chunk
+                end = ahead.find(b"\n")
+                line += self._connection.recv(len(ahead) if end < 0 else end + 1)
         except OSError:
             return {}
-        line, _, self._buffer = self._buffer.partition(b"\n")
         try:
             message = json.loads(line or b"{}")
         except ValueError:
@@ -129,26 +202,29 @@ def _take_paths_and_environ(request: dict[str, Any]) -> None:
         distspawn_rank_server.add_server_only_variables()
 
 
-def _warm(request: dict[str, Any], report: dict[str, Any]) -> None:
+def _warm(request: dict[str, Any], report: dict[str, Any]) -> int | None:
+    """Import the request's test modules in a successor (with none, one all
+    the same: it can be replaced). Returns None in the process that serves
+    from now on; in this process, while a successor serves, its pid."""
     _take_paths_and_environ(request)
     pending = [name for name in request.get("modules", [])
                if isinstance(name, str) and name not in sys.modules
                and name not in report["refused"]]
-    while pending:
+    while True:
         ended = _import_in_successor(lambda: _import_here(pending, report))
-        if ended is None:
-            return  # imported, in this process: it serves from now on
+        if not isinstance(ended, _ChildEnd):
+            return ended
         name, why_not = ended.module, ended.why
         if name not in pending:  # the child ended before it named a module
             report["refused"].update({other: why_not for other in pending})
-            return
+            return None  # this process serves, as it is
         report["refused"][name] = why_not
         # What the child imported before it is not in this process: again.
         pending = [other for other in pending if other != name]
 
 
 def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
-                   report: dict[str, Any]) -> dict[str, Any] | None:
+                   report: dict[str, Any]) -> int | dict[str, Any] | None:
     """Import the modules the test process guessed, while it imports them too.
 
     In a child, as :func:`_warm` does, which then reads the list and checks
@@ -156,9 +232,9 @@ def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
     the list and serves. On a guess that was wrong, the child ends and all it
     imported with it.
 
-    Returns None in the child that serves; else the list as the child read
-    it (to import afresh, less a module it refused), or ``{}`` where the child
-    ended before reading it.
+    Returns None in the child that serves, and its pid in this process;
+    else the list as the child read it (to import afresh, less a module it
+    refused), or ``{}`` where the child ended before reading it.
     """
     _take_paths_and_environ(guess)
     files = {entry[0]: entry[1] for entry in guess.get("modules", [])
@@ -166,8 +242,8 @@ def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
              and all(isinstance(part, str) for part in entry)}
     names = [name for name in files if name not in sys.modules]
     ended = _import_in_successor(lambda: _import_guess_here(names, files, lines, report))
-    if ended is None:
-        return None
+    if not isinstance(ended, _ChildEnd):
+        return ended
     request = ended.request
     # After the list, a module named is one of the list's own, not guessed
     # (a wrong guess ends the child before it imports any): refused.
@@ -183,12 +259,11 @@ class _ChildEnd(NamedTuple):
     request: dict[str, Any] | None = None  # the list, where it had read it
 
 
-def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | None:
+def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | int | None:
     """Run ``import_here`` in a child that serves in this process's place if all go well.
 
-    Returns None in that child, once it has imported all (in this process it
-    never returns then: it waits for the child to end, and ends with it), or,
-    in this process, how the child ended.
+    Returns None in that child, once it has imported all; in this process,
+    the child's pid once it serves, or how it ended.
     """
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -201,7 +276,7 @@ def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | None:
     with os.fdopen(read_end, "rb") as messages:
         ended = _follow(pid, messages)
     if ended is None:
-        _wait_for_successor(pid)
+        return pid
     _, status = os.waitpid(pid, 0)
     if ended.why:
         return ended
@@ -226,6 +301,21 @@ def _become_successor() -> None:
     server_pid = os.getppid()
     if not parent_death.end_with_parent() or os.getppid() != server_pid:
         os._exit(0)  # the server's own check sees this child gone without a word
+    # Asked to end (another test module's successor takes its place), it
+    # leaves as when the test process goes: through its at-exit clean-ups.
+    # Not in what it forks: a rank ends on SIGTERM, as a fresh process does.
+    successor_pid = os.getpid()
+    signal.signal(signal.SIGTERM, _leave)
+    os.register_at_fork(after_in_child=lambda: _default_sigterm_in_child_of(successor_pid))
+
+
+def _leave(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
+def _default_sigterm_in_child_of(successor_pid: int) -> None:
+    if os.getppid() == successor_pid:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | None:
@@ -256,6 +346,7 @@ def _import_then_serve(names: list[str], report: dict[str, Any]) -> None:
     if refused is not None:
         _tell({"refused": refused[0], "why": refused[1]})
         os._exit(0)
+    report["switch"] = True  # the server it came from can fork another
     _tell({"done": ""})
     os.close(_messages_fd[0])
     distspawn_rank_server.serve_from_this_process()
@@ -362,10 +453,10 @@ def _follow(pid: int, messages: Any) -> _ChildEnd | None:
 
 
 def _wait_for_successor(pid: int) -> NoReturn:
-    # The child serves now. This process stays its parent until it ends (the
-    # test process knows this one as its server: it ends the child by killing
-    # this one, or by closing the pipe both watch); then it leaves.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the serving child does
+    # The test process has closed the connection (it is leaving). This
+    # process stays the child's parent until it ends (the test process knows
+    # this one as its server: it ends the child by killing this one, or by
+    # closing the pipe both watch); then it leaves.
     while True:
         try:
             _, status = os.waitpid(pid, 0)
