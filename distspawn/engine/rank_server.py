@@ -258,7 +258,8 @@ def _switch(module: str | None) -> bool:
     """Have the server serve ``module``'s ranks in place of the last module's,
     without importing torch again (False: it cannot, or failed to)."""
     server = _server
-    if server is None or not server.switchable():
+    # (Where it is still importing the last module, its report comes first.)
+    if server is None or not server.answered.wait(REPORT_WAIT_S) or not server.switchable():
         return False
     server.report = server.fits = None
     try:
