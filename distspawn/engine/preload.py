@@ -41,5 +41,10 @@ try:
     skip_in_process_cleanups_at_exit()
 
     serve(_failures)
+except SystemExit:
+    # Asked to end (engine.warm_modules' successor, as the test process has
+    # moved on to another test module), maybe before it is back in the
+    # forkserver's loop: it ends now, as it would from there.
+    raise
 except BaseException:  # noqa: BLE001 - the test process sees no report and starts ranks afresh
     pass
