@@ -279,22 +279,45 @@ def test_a_module_whose_tests_were_deselected_is_not_in_the_ranks(tmp_path):
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+def _pair_on_one_server(tmp_path, server_imports_of_b, **env):
+    # ranks_a's test, then ranks_b's, on one server start (a switch imports
+    # no torch again), with nothing to warn of; the test modules the server
+    # imported, in order: ranks_a's, then ranks_b's as many times as given.
+    run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"], "-p", "count_server_starts",
+                                **env)
+    assert run.returncode == 0 and "2 passed" in run.output, run.output
+    in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
+    assert in_server == ["guessed_imports.ranks_a"] + \
+        ["guessed_imports.ranks_b"] * server_imports_of_b, imports
+    assert "rank server starts: 1," in run.output, run.output
+    assert "WarmImportWarning" not in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
 def test_ranks_of_one_test_module_never_see_another_kept_in_the_run(tmp_path):
     # Both modules' tests run. A rank started afresh imports its own test
     # module alone, and one module's imports can change what another's see
     # (pytorch's RPC faulty-agent fixture rebinds the RPC registry's
     # BackendType at import). ranks_b asserts in its ranks that ranks_a is
     # not loaded: the server held ranks_a for ranks_a's test, then was
-    # switched to ranks_b alone. Each is imported once by a server, and the
-    # switch imports no torch again: the server's process that holds torch
-    # and distspawn, and no test module, forks one that imports ranks_b.
-    run, imports = _guessed_run(tmp_path, ["ranks_a", "ranks_b"], "-p", "count_server_starts")
-    assert run.returncode == 0 and "2 passed" in run.output, run.output
-    in_server = [i[0] for i in imports if i[1:] == ("began", "'distspawn")]
-    assert in_server == ["guessed_imports.ranks_a", "guessed_imports.ranks_b"], imports
-    assert "rank server starts: 1," in run.output, run.output
-    assert "WarmImportWarning" not in run.output, run.output
-    assert run.leftover_pids == [] and run.leftover_files == []
+    # switched to ranks_b alone: the server's process that holds torch and
+    # distspawn, and no test module, forked one that imported ranks_b.
+    _pair_on_one_server(tmp_path, 1)
+
+
+def test_the_server_imports_the_next_test_module_while_the_last_ones_tests_run(tmp_path):
+    # Told ranks_b's tests come next, the server imports it while ranks_a's
+    # test runs: its ranks wait for that import to begin (and fail if it
+    # never does). That import is the one ranks_b's ranks are forked from.
+    _pair_on_one_server(tmp_path, 1, GUESS_WAIT_FOR_NEXT="1")
+
+
+def test_a_next_module_imported_before_the_environment_changed_is_imported_again(tmp_path):
+    # ranks_b reads GUESS_LATE_VAR at import, and the test process sets it as
+    # ranks_b's tests begin, after the server imported ranks_b ahead of them:
+    # that import is dropped, and ranks_b imported afresh, as each of its
+    # ranks would (its ranks assert it), with nothing to warn of.
+    _pair_on_one_server(tmp_path, 2, GUESS_SET_FOR_RANKS_B="1")
 
 
 def test_a_module_the_server_refused_is_not_tried_again_when_its_tests_come_back(tmp_path):

@@ -203,13 +203,33 @@ atexit.register(_stop_server_still_importing)
 
 def _request(server: _Server, module: str | None) -> bytes:
     # ``module``: the test module it is to preload (None, or one excluded: none).
-    # Each module's file too: the server checks a guess it was sent against it.
     server.module = module if module not in _excluded else None
-    modules = [server.module] if server.module is not None else []
-    return json.dumps({
+    return json.dumps(_request_body(server.module)).encode() + b"\n"
+
+
+def _request_body(module: str | None) -> dict[str, Any]:
+    # Each module's file too: the server checks a guess it was sent against it.
+    modules = [module] if module is not None else []
+    return {
         "modules": modules, "sys_path": sys.path, "environ": dict(os.environ),
         "files": {m: getattr(sys.modules.get(m), "__file__", None) for m in modules},
-    }).encode() + b"\n"
+    }
+
+
+def _prepare_next(module: str | None) -> bytes | None:
+    """What tells the server, serving ``module``'s ranks, the test module
+    whose tests come next, to import meanwhile (None: none is known).
+
+    Under pytest the modules are known, in the order of their tests, once
+    collection is over. The server checks, when it is asked for that module,
+    that nothing its import read has changed since.
+    """
+    if module not in _wanted:
+        return None
+    upcoming = [name for name in _wanted[_wanted.index(module) + 1:] if name not in _excluded]
+    if not upcoming:
+        return None
+    return json.dumps({"prepare": _request_body(upcoming[0])}).encode() + b"\n"
 
 
 def _read_report(connection: socket.socket) -> dict[str, Any] | None:
@@ -229,6 +249,7 @@ def _send_module_list(server: _Server, module: str | None) -> None:
     if channel is None:
         return
     request = _request(server, module)
+    prepare = _prepare_next(server.module)
 
     # The server asks once its own imports are done: answered from a thread,
     # so that this process goes on meanwhile (its first rank waits for the
@@ -247,6 +268,7 @@ def _send_module_list(server: _Server, module: str | None) -> None:
             channel.close()
             if server.report is not None and server.report.get("switch"):
                 server.connection = connection
+                _send_prepare(server, prepare)
             elif connection is not None:
                 connection.close()
             server.answered.set()
@@ -267,7 +289,18 @@ def _switch(module: str | None) -> bool:
         server.report = _read_report(server.connection)
     except (OSError, ValueError):
         pass
-    return server.report is not None
+    if server.report is None:
+        return False
+    _send_prepare(server, _prepare_next(server.module))
+    return True
+
+
+def _send_prepare(server: _Server, prepare: bytes | None) -> None:
+    if prepare is not None and server.switchable():
+        try:
+            server.connection.sendall(prepare)
+        except OSError:
+            pass  # the next switch fails the same way, and restarts the server
 
 
 def _say_once(text: str) -> None:

@@ -13,7 +13,7 @@ in a registry kept in C++) outlive any attempt to undo it, so nothing is ever
 undone or dropped:
 - the modules are imported in a child forked from the server, one by one,
   each checked after its import. A module whose import fails, takes longer
-  than :data:`IMPORT_LIMIT_S`, or leaves anything running (a thread, a
+  than :data:`successors.IMPORT_LIMIT_S`, or leaves anything running (a thread, a
   process, a socket, CUDA) ends that child: the server forks another, which
   imports the others without it. Once a child has imported all that it
   should, it becomes the server (ranks are forked from it) and the server it
@@ -36,24 +36,19 @@ undone or dropped:
 
 from __future__ import annotations
 
-import importlib
 import importlib.machinery
 import json
 import os
-import select
 import signal
 import socket
 import sys
-import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple
 
 import distspawn_rank_server
 
-from . import parent_death
+from . import forked_exit, import_checks, successors
 
-IMPORT_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
-STOP_WAIT_S = 10.0  # for a successor asked to end to do so; then it is killed
 
 
 def serve(preload_failures: dict[str, str]) -> None:
@@ -114,48 +109,131 @@ def _serve_in_turn(successor: int, lines: "_Lines", report: dict[str, Any]) -> N
     """In the process a successor serves for: wait for the test process to ask
     for another test module, and fork a successor for it in place of the last.
 
-    Returns in the new successor, which serves; otherwise never: this
-    process ends with the last successor, once the test process has gone.
+    The test process may name the module it expects to ask for next
+    (``{"prepare": ...}``, as the list is sent): a successor imports it
+    meanwhile, and waits (:func:`_prepare`). Asked for that module, with the
+    same ``sys.path``, and with an environment in which its imports read what
+    they read then, that one serves; otherwise it ends, and one imports the
+    module afresh. Returns in the new successor, which serves; otherwise
+    never: this process ends with the last successor, once the test process
+    has gone.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as the serving successor does
+    prepared: _Prepared | None = None
     while True:
         request = lines.next()
+        if isinstance(request.get("prepare"), dict):
+            if prepared is None:
+                prepared = _prepare(request["prepare"], report)
+                if prepared is None:
+                    return  # in the prepared successor, asked to serve
+            continue
+        if prepared is not None and not request:
+            prepared.abandon()
         if not request:  # the test process has gone (or closed the connection)
-            _wait_for_successor(successor)
-        _stop_successor(successor)
+            successors.wait_for_successor(successor)
+        successors.stop_successor(successor)
         report["modules"] = {}
-        outcome = _warm(request, report)
+        taken = prepared.take(request, report) if prepared is not None else None
+        prepared = None
+        outcome = taken or _warm(request, report)
         if outcome is None:
             return
         successor = outcome
 
 
-def _stop_successor(pid: int) -> None:
-    # The test process asks only once no rank forked from it still runs. It
-    # ends as it would once the test process leaves (SystemExit in its
-    # forkserver loop: its at-exit clean-ups run), or is killed.
-    try:
-        os.kill(pid, signal.SIGTERM)
-        if not _ends_within(pid, STOP_WAIT_S):
-            os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+class _Prepared(NamedTuple):
+    """A successor that imported the module the test process expects to ask for next."""
+    pid: int
+    request: dict[str, Any]  # what it was told to import
+    messages: successors.Messages
+    go: int  # this process's end of the pipe it waits on
+
+    def take(self, request: dict[str, Any], report: dict[str, Any]) -> int | None:
+        """Have it serve for ``request``, if it fits; its pid then, else None."""
+        fits = all(request.get(key) == self.request.get(key) for key in ("modules", "sys_path"))
+        follow = successors.follow
+        ended = follow(self.pid, self.messages) if fits else None  # its imports
+        if ended is not None:  # refused one, or ended
+            if ended.module and ended.why:
+                report["refused"][ended.module] = ended.why
+        elif fits and self._tell_go(request) and follow(self.pid, self.messages) is None:
+            os.close(self.go)
+            self.messages.close()
+            return self.pid
+        self.abandon()  # (an import read what the request has otherwise: it ended)
+        return None
+
+    def _tell_go(self, request: dict[str, Any]) -> bool:
+        data = json.dumps(request).encode() + b"\n"
+        try:
+            while data:
+                data = data[os.write(self.go, data):]
+        except OSError:
+            return False
+        return True
+
+    def abandon(self) -> None:
+        os.close(self.go)  # it ends, as it finds the pipe closed (or is ended)
+        self.messages.close()
+        successors.stop_successor(self.pid)
 
 
-def _ends_within(pid: int, wait_s: float) -> bool:
-    try:
-        watch = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfd here: no waiting with a limit
+def _prepare(request: dict[str, Any], report: dict[str, Any]) -> _Prepared | None:
+    # None in the child, once asked to serve.
+    names = [name for name in request.get("modules", [])
+             if isinstance(name, str) and name not in report["refused"]]
+    go_read, go_write = os.pipe()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_write)
+        os.close(read_end)
+        successors.messages_fd[0] = write_end
+        try:
+            if _serve_when_asked(request, names, go_read, report):
+                return None
+        except BaseException:  # noqa: BLE001 - it must never serve unasked
+            pass
+        forked_exit.run_own()  # (the server's own at-exit clean-ups are not its)
+        os._exit(0)
+    os.close(go_read)
+    os.close(write_end)
+    return _Prepared(pid, request, successors.Messages(read_end), go_write)
+
+
+def _serve_when_asked(request: dict[str, Any], names: list[str], go_read: int,
+                      report: dict[str, Any]) -> bool:
+    """In a prepared successor: import ``names``, then wait to be asked to serve.
+
+    True once asked, with an environment in which the imports would read
+    what they read; False where a module was refused, it is not wanted, or
+    the environment asked with differs.
+    """
+    forked_exit.note_inherited()
+    successors.become_successor()
+    _take_paths_and_environ(request)
+    refused = _import_each(names, report)
+    if refused is not None:
+        successors.tell({"refused": refused[0], "why": refused[1]})
         return False
-    try:
-        ready, _, _ = select.select([watch], [], [], wait_s)
-        return bool(ready)
-    finally:
-        os.close(watch)
+    successors.tell({"done": ""})
+    with os.fdopen(go_read, "rb") as go:
+        line = go.readline()
+    if not line:
+        return False  # not wanted
+    asked = json.loads(line)
+    for name, record in report["modules"].items():
+        stale = distspawn_rank_server.stale_reads(record, asked.get("environ") or {})
+        if stale:
+            successors.tell({"stale": f"importing {name} read {', '.join(stale[:5])}"})
+            return False
+    _take_paths_and_environ(asked)
+    report["switch"] = True
+    successors.tell({"done": ""})
+    os.close(successors.messages_fd[0])
+    distspawn_rank_server.serve_from_this_process()
+    return True
 
 
 class _Lines:
@@ -212,7 +290,7 @@ def _warm(request: dict[str, Any], report: dict[str, Any]) -> int | None:
                and name not in report["refused"]]
     while True:
         ended = _import_in_successor(lambda: _import_here(pending, report))
-        if not isinstance(ended, _ChildEnd):
+        if not isinstance(ended, successors.ChildEnd):
             return ended
         name, why_not = ended.module, ended.why
         if name not in pending:  # the child ended before it named a module
@@ -242,7 +320,7 @@ def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
              and all(isinstance(part, str) for part in entry)}
     names = [name for name in files if name not in sys.modules]
     ended = _import_in_successor(lambda: _import_guess_here(names, files, lines, report))
-    if not isinstance(ended, _ChildEnd):
+    if not isinstance(ended, successors.ChildEnd):
         return ended
     request = ended.request
     # After the list, a module named is one of the list's own, not guessed
@@ -252,14 +330,7 @@ def _warm_on_guess(guess: dict[str, Any], lines: _Lines,
     return request or {}
 
 
-class _ChildEnd(NamedTuple):
-    """How a child that was to serve ended instead."""
-    module: str  # the module it was importing ("" before any)
-    why: str  # what ended it
-    request: dict[str, Any] | None = None  # the list, where it had read it
-
-
-def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | int | None:
+def _import_in_successor(import_here: Callable[[], None]) -> successors.ChildEnd | int | None:
     """Run ``import_here`` in a child that serves in this process's place if all go well.
 
     Returns None in that child, once it has imported all; in this process,
@@ -269,12 +340,15 @@ def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | int | N
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _messages_fd[0] = write_end
+        successors.messages_fd[0] = write_end
         import_here()
         return None
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as messages:
-        ended = _follow(pid, messages)
+    messages = successors.Messages(read_end)
+    try:
+        ended = successors.follow(pid, messages)
+    finally:
+        messages.close()
     if ended is None:
         return pid
     _, status = os.waitpid(pid, 0)
@@ -286,47 +360,15 @@ def _import_in_successor(import_here: Callable[[], None]) -> _ChildEnd | int | N
     return ended._replace(why=why)
 
 
-_messages_fd = [-1]  # in a child: where it tells the server how its imports go
-
-
-def _tell(message: dict[str, Any]) -> None:
-    data = (json.dumps(message) + "\n").encode()
-    while data:
-        data = data[os.write(_messages_fd[0], data):]
-
-
-def _become_successor() -> None:
-    # In the child. Killing the server it came from (the test process does,
-    # to stop a server still importing) must end it too.
-    server_pid = os.getppid()
-    if not parent_death.end_with_parent() or os.getppid() != server_pid:
-        os._exit(0)  # the server's own check sees this child gone without a word
-    # Asked to end (another test module's successor takes its place), it
-    # leaves as when the test process goes: through its at-exit clean-ups.
-    # Not in what it forks: a rank ends on SIGTERM, as a fresh process does.
-    successor_pid = os.getpid()
-    signal.signal(signal.SIGTERM, _leave)
-    os.register_at_fork(after_in_child=lambda: _default_sigterm_in_child_of(successor_pid))
-
-
-def _leave(signum: int, frame: Any) -> None:
-    raise SystemExit(0)
-
-
-def _default_sigterm_in_child_of(successor_pid: int) -> None:
-    if os.getppid() == successor_pid:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | None:
     """Import ``names`` one by one; the first that failed or was refused, and why."""
     for name in names:
         if name in sys.modules:  # imported with one before it
             continue
-        _tell({"importing": name})
+        successors.tell({"importing": name})
         recording = distspawn_rank_server.EnvironRecording().start()
         try:
-            why_not = _import_and_check(name)
+            why_not = import_checks.import_and_check(name)
         except BaseException as exc:  # noqa: BLE001 - reported, not raised
             why_not = f"importing it failed: {type(exc).__name__}: {exc}"
         record = recording.stop()
@@ -337,36 +379,36 @@ def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | 
 
 
 def _import_here(names: list[str], report: dict[str, Any]) -> None:
-    _become_successor()
+    successors.become_successor()
     _import_then_serve(names, report)
 
 
 def _import_then_serve(names: list[str], report: dict[str, Any]) -> None:
     refused = _import_each(names, report)
     if refused is not None:
-        _tell({"refused": refused[0], "why": refused[1]})
+        successors.tell({"refused": refused[0], "why": refused[1]})
         os._exit(0)
     report["switch"] = True  # the server it came from can fork another
-    _tell({"done": ""})
-    os.close(_messages_fd[0])
+    successors.tell({"done": ""})
+    os.close(successors.messages_fd[0])
     distspawn_rank_server.serve_from_this_process()
 
 
 def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
                        report: dict[str, Any]) -> None:
-    _become_successor()
+    successors.become_successor()
     loaded_before = set(sys.modules)
     failed = _import_each(names, report)
     if failed is not None:
-        _tell({"stale": f"guessed test module {failed[0]}: {failed[1]}"})
+        successors.tell({"stale": f"guessed test module {failed[0]}: {failed[1]}"})
         os._exit(0)
-    _tell({"waiting": ""})  # for the list: as long as the test process collects
+    successors.tell({"waiting": ""})  # for the list: as long as the test process collects
     request = lines.next()
-    _tell({"list": request})
+    successors.tell({"list": request})
     top_level = {name.partition(".")[0] for name in sys.modules if name not in loaded_before}
     wrong = _wrong_guess(files, request, report, top_level)
     if wrong is not None:
-        _tell({"stale": wrong})
+        successors.tell({"stale": wrong})
         os._exit(0)
     _take_paths_and_environ(request)
     _import_then_serve([name for name in request.get("modules", []) if isinstance(name, str)],
@@ -421,91 +463,3 @@ def _same_file(one: str, other: str) -> bool:
         return os.path.samefile(one, other)
     except OSError:
         return False
-
-
-def _follow(pid: int, messages: Any) -> _ChildEnd | None:
-    """Read the child's messages: None once it has imported everything, else
-    how it ended (``why`` empty: it did not say)."""
-    current, request, limit = "", None, IMPORT_LIMIT_S
-    while True:
-        ready, _, _ = select.select([messages], [], [], limit)
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            return _ChildEnd(current, f"importing it took longer than {IMPORT_LIMIT_S:.0f} s",
-                             request)
-        line = messages.readline()
-        if not line:
-            return _ChildEnd(current, "", request)
-        message = json.loads(line)
-        limit = IMPORT_LIMIT_S
-        if "done" in message:
-            return None
-        if "refused" in message:
-            return _ChildEnd(message["refused"], message["why"], request)
-        if "stale" in message:
-            return _ChildEnd(current, message["stale"], request)
-        if "waiting" in message:
-            limit = None  # the test process is collecting
-        elif "list" in message:
-            current, request = "", message["list"]
-        else:
-            current = message["importing"]
-
-
-def _wait_for_successor(pid: int) -> NoReturn:
-    # The test process has closed the connection (it is leaving). This
-    # process stays the child's parent until it ends (the test process knows
-    # this one as its server: it ends the child by killing this one, or by
-    # closing the pipe both watch); then it leaves.
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    os._exit(max(os.waitstatus_to_exitcode(status), 0))
-
-
-def _process_state() -> dict[str, Any]:
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    try:
-        sockets = sum(1 for fd in os.listdir("/proc/self/fd")
-                      if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"))
-        native_threads = len(os.listdir("/proc/self/task"))
-    except OSError:  # not Linux: the Python-level checks still hold
-        sockets = native_threads = 0
-    return {
-        "threads": {t.ident: t.name for t in threading.enumerate()},
-        "native_threads": native_threads,
-        "sockets": sockets,
-        "cuda": bool(cuda is not None and cuda.is_initialized()),
-        "children": set(_child_pids()),
-    }
-
-
-def _child_pids() -> list[int]:
-    try:
-        with open(f"/proc/self/task/{os.getpid()}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
-
-
-def _import_and_check(name: str) -> str | None:
-    before = _process_state()
-    importlib.import_module(name)
-    after = _process_state()
-    new_threads = [n for i, n in after["threads"].items() if i not in before["threads"]]
-    if new_threads:
-        return f"importing it started thread(s) {', '.join(sorted(new_threads))}"
-    if after["native_threads"] > before["native_threads"]:
-        return (f"importing it started {after['native_threads'] - before['native_threads']} "
-                "native thread(s)")
-    if after["cuda"] and not before["cuda"]:
-        return "importing it initialised CUDA"
-    if after["sockets"] > before["sockets"]:
-        return "importing it opened a socket"
-    if after["children"] - before["children"]:
-        return "importing it started a process"
-    return None

@@ -7,6 +7,7 @@ import time
 
 from distspawn import MultiProcessTestCase
 
+LATE_VAR_AT_IMPORT = os.environ.get("GUESS_LATE_VAR")
 with open(os.environ["GUESS_IMPORT_LOG"], "a") as log:
     log.write(f"{__name__} began {multiprocessing.current_process().name!r} {time.time():.3f}\n")
 
@@ -19,6 +20,7 @@ class GuessedB(MultiProcessTestCase):
         self._spawn_processes()
 
     def test_ranks_see_what_their_own_import_would(self):
+        assert LATE_VAR_AT_IMPORT == os.environ.get("GUESS_LATE_VAR"), LATE_VAR_AT_IMPORT
         # A rank imports this module alone: not ranks_c.py, which collects
         # this class, nor ranks_a.py, whose tests -k deselected.
         others = [name for name in sys.modules
