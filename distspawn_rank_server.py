@@ -150,12 +150,14 @@ def _end_at_once() -> None:
     # process has gone (and what reads its output waits for that). First the
     # clean-ups of what the server made itself (a temporary folder), as a
     # normal exit runs them; its ranks were forked and end through os._exit.
+    # A successor (engine.successors) runs only those it made: the server it
+    # came from outlives it, and forks the next from what it has.
     if os.getpid() != _server_settings.get("pid"):
         return
     try:
         from distspawn.engine import forked_exit
 
-        forked_exit.run_exit_finalizers()
+        forked_exit.run_exit_finalizers(forked_exit.inherited())
     except Exception:  # noqa: BLE001 - the package did not load: a normal exit, then
         return
     for stream in (sys.stdout, sys.stderr):

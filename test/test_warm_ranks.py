@@ -320,6 +320,16 @@ def test_a_next_module_imported_before_the_environment_changed_is_imported_again
     _pair_on_one_server(tmp_path, 2, GUESS_SET_FOR_RANKS_B="1")
 
 
+def test_what_the_server_made_itself_outlives_each_module_it_served(tmp_path):
+    # The server makes a temporary folder as it starts (as torch 2.8 does,
+    # to write generated code into later). The process that served
+    # ranks_a's ranks ends at the switch to ranks_b: it leaves the folder,
+    # which ranks_b's ranks find (they assert it); the server removes it as
+    # the run ends (the run's temp folder is checked for leftovers).
+    folder = SCENARIOS / "made_at_start"
+    _pair_on_one_server(tmp_path, 1, GUESS_FOLDER_MADE_AT_START="1", PYTHONPATH=str(folder))
+
+
 def test_a_module_the_server_refused_is_not_tried_again_when_its_tests_come_back(tmp_path):
     # warm_module's import starts a thread: refused, said once, and its ranks
     # import it themselves. Its tests run before and after another module's

@@ -39,6 +39,11 @@ def note_inherited() -> None:
     _inherited = None if registry is None else set(registry)
 
 
+def inherited() -> set[Any]:
+    """The at-exit callbacks noted as the parent's (none where none were noted)."""
+    return set(_inherited or ())
+
+
 def run_own() -> None:
     """The rank is about to leave through ``os._exit``: run the at-exit
     callbacks it made, as a normal exit would (newest first, like Python).

@@ -16,7 +16,7 @@ import select
 import signal
 from typing import Any, NamedTuple, NoReturn
 
-from . import parent_death
+from . import forked_exit, parent_death
 
 IMPORT_LIMIT_S = 120.0  # a module whose import takes longer is left to the ranks
 STOP_WAIT_S = 10.0  # for a successor asked to end to do so; then it is killed
@@ -48,6 +48,10 @@ def become_successor() -> None:
     server_pid = os.getppid()
     if not parent_death.end_with_parent() or os.getppid() != server_pid:
         os._exit(0)  # the server's own check sees this child gone without a word
+    # What the server made (torch 2.8's torch.distributed.nn makes a
+    # temporary folder it writes to later) is the server's to clean up: it
+    # forks the next successor from it.
+    forked_exit.note_inherited()
     # Asked to end (another test module's successor takes its place), it
     # leaves as when the test process goes: through its at-exit clean-ups.
     # Not in what it forks: a rank ends on SIGTERM, as a fresh process does.
@@ -135,6 +139,7 @@ def wait_for_successor(pid: int) -> NoReturn:
             break
         except InterruptedError:
             continue
+    forked_exit.run_exit_finalizers()  # what it made itself: its successors left it
     os._exit(max(os.waitstatus_to_exitcode(status), 0))
 
 

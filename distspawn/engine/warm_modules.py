@@ -210,7 +210,6 @@ def _serve_when_asked(request: dict[str, Any], names: list[str], go_read: int,
     what they read; False where a module was refused, it is not wanted, or
     the environment asked with differs.
     """
-    forked_exit.note_inherited()
     successors.become_successor()
     _take_paths_and_environ(request)
     refused = _import_each(names, report)

@@ -20,6 +20,11 @@ class GuessedB(MultiProcessTestCase):
         self._spawn_processes()
 
     def test_ranks_see_what_their_own_import_would(self):
+        if os.environ.get("GUESS_FOLDER_MADE_AT_START") == "1":
+            # The rank server's own (made_at_start/sitecustomize.py): what
+            # served ranks_a's ranks did not remove it as it ended.
+            folder = sys.modules["sitecustomize"].FOLDER.name
+            assert os.path.isdir(folder), folder
         assert LATE_VAR_AT_IMPORT == os.environ.get("GUESS_LATE_VAR"), LATE_VAR_AT_IMPORT
         # A rank imports this module alone: not ranks_c.py, which collects
         # this class, nor ranks_a.py, whose tests -k deselected.
