@@ -204,7 +204,7 @@ atexit.register(_stop_server_still_importing)
 def _request(server: _Server, module: str | None) -> bytes:
     # ``module``: the test module it is to preload (None, or one excluded: none).
     server.module = module if module not in _excluded else None
-    return json.dumps(_request_body(server.module)).encode() + b"\n"
+    return _line(_request_body(server.module))
 
 
 def _request_body(module: str | None) -> dict[str, Any]:
@@ -229,7 +229,11 @@ def _prepare_next(module: str | None) -> bytes | None:
     upcoming = [name for name in _wanted[_wanted.index(module) + 1:] if name not in _excluded]
     if not upcoming:
         return None
-    return json.dumps({"prepare": _request_body(upcoming[0])}).encode() + b"\n"
+    return _line({"prepare": _request_body(upcoming[0])})
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
 
 
 def _read_report(connection: socket.socket) -> dict[str, Any] | None:
@@ -266,11 +270,11 @@ def _send_module_list(server: _Server, module: str | None) -> None:
             pass
         finally:
             channel.close()
-            if server.report is not None and server.report.get("switch"):
-                server.connection = connection
+            server.connection = connection  # kept where the server can switch
+            if server.switchable():
                 _send_prepare(server, prepare)
-            elif connection is not None:
-                connection.close()
+            else:
+                server.close()
             server.answered.set()
 
     threading.Thread(target=converse, name="distspawn-rank-server", daemon=True).start()

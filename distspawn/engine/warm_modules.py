@@ -184,12 +184,9 @@ def _prepare(request: dict[str, Any], report: dict[str, Any]) -> _Prepared | Non
     names = [name for name in request.get("modules", [])
              if isinstance(name, str) and name not in report["refused"]]
     go_read, go_write = os.pipe()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid, messages = _fork_telling()
     if pid == 0:
         os.close(go_write)
-        os.close(read_end)
-        successors.messages_fd[0] = write_end
         try:
             if _serve_when_asked(request, names, go_read, report):
                 return None
@@ -198,8 +195,7 @@ def _prepare(request: dict[str, Any], report: dict[str, Any]) -> _Prepared | Non
         forked_exit.run_own()  # (the server's own at-exit clean-ups are not its)
         os._exit(0)
     os.close(go_read)
-    os.close(write_end)
-    return _Prepared(pid, request, successors.Messages(read_end), go_write)
+    return _Prepared(pid, request, messages, go_write)
 
 
 def _serve_when_asked(request: dict[str, Any], names: list[str], go_read: int,
@@ -228,10 +224,7 @@ def _serve_when_asked(request: dict[str, Any], names: list[str], go_read: int,
             successors.tell({"stale": f"importing {name} read {', '.join(stale[:5])}"})
             return False
     _take_paths_and_environ(asked)
-    report["switch"] = True
-    successors.tell({"done": ""})
-    os.close(successors.messages_fd[0])
-    distspawn_rank_server.serve_from_this_process()
+    _serve_from_here(report)
     return True
 
 
@@ -335,15 +328,10 @@ def _import_in_successor(import_here: Callable[[], None]) -> successors.ChildEnd
     Returns None in that child, once it has imported all; in this process,
     the child's pid once it serves, or how it ended.
     """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid, messages = _fork_telling()
     if pid == 0:
-        os.close(read_end)
-        successors.messages_fd[0] = write_end
         import_here()
         return None
-    os.close(write_end)
-    messages = successors.Messages(read_end)
     try:
         ended = successors.follow(pid, messages)
     finally:
@@ -357,6 +345,20 @@ def _import_in_successor(import_here: Callable[[], None]) -> successors.ChildEnd
     why = (f"importing it ended the process (exit status {os.waitstatus_to_exitcode(status)})"
            if ended.module else "the rank server's child that was to import it ended at once")
     return ended._replace(why=why)
+
+
+def _fork_telling() -> tuple[int, Any]:
+    """Fork a child that tells this process how its imports go: 0 and None
+    in the child (it tells through ``successors.tell``); in this process,
+    the child's pid and its ``successors.Messages``."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        successors.messages_fd[0] = write_end
+        return 0, None
+    os.close(write_end)
+    return pid, successors.Messages(read_end)
 
 
 def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | None:
@@ -387,6 +389,11 @@ def _import_then_serve(names: list[str], report: dict[str, Any]) -> None:
     if refused is not None:
         successors.tell({"refused": refused[0], "why": refused[1]})
         os._exit(0)
+    _serve_from_here(report)
+
+
+def _serve_from_here(report: dict[str, Any]) -> None:
+    # In a successor that imported all it should: it serves from now on.
     report["switch"] = True  # the server it came from can fork another
     successors.tell({"done": ""})
     os.close(successors.messages_fd[0])
