@@ -42,6 +42,9 @@ MARKER_HELP = (
 )
 
 _XDIST_STATE = pytest.StashKey[tuple]()
+# xdist's controller: the folder that holds every worker's private TMPDIR.
+_XDIST_RUN_DIR = pytest.StashKey[str]()
+_RUN_DIR_KEY = "distspawn_run_dir"  # its name in each worker's workerinput
 
 
 def _distspawn_loaded() -> bool:
@@ -150,10 +153,29 @@ def pytest_configure(config: pytest.Config) -> None:
     # those again nested TMPDIRs until the rank server's socket path was too long).
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
-        config.stash[_XDIST_STATE] = _isolate_xdist_worker(str(workerinput.get("workerid", "gw")))
+        config.stash[_XDIST_STATE] = _isolate_xdist_worker(
+            str(workerinput.get("workerid", "gw")), workerinput.get(_RUN_DIR_KEY))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    # xdist's controller, as it starts each worker (a replacement for a
+    # crashed one too). A worker removes its own private TMPDIR as it ends,
+    # but one that is killed outright (SIGKILL, the OOM killer, a crash in C)
+    # cannot: its rank server's socket folder, store files and whatever its
+    # tests left would stay. So every worker's lives in one folder of the run,
+    # which the controller, still alive, removes once the workers are gone.
+    config = node.config
+    run_dir = config.stash.get(_XDIST_RUN_DIR, None)
+    if run_dir is None:
+        run_dir = config.stash[_XDIST_RUN_DIR] = tempfile.mkdtemp(prefix="distspawn-")
+    node.workerinput[_RUN_DIR_KEY] = run_dir
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    run_dir = config.stash.get(_XDIST_RUN_DIR, None)
+    if run_dir is not None:  # the controller: its workers have ended by now
+        shutil.rmtree(run_dir, ignore_errors=True)
     state = config.stash.get(_XDIST_STATE, None)
     if state is None:
         return
@@ -183,11 +205,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _isolate_xdist_worker(worker: str) -> tuple:
+def _isolate_xdist_worker(worker: str, run_dir: str | None) -> tuple:
     # Per-test dirs and OS-picked ports already keep tests apart; a private TMPDIR
     # also keeps each worker's forkserver socket, store files and any leftovers
     # apart, and a MASTER_PORT fixed for the whole run must not be shared.
-    private_dir = tempfile.mkdtemp(prefix=f"distspawn-{worker}-")
+    # run_dir: the controller's folder for them (see pytest_configure_node),
+    # where it named one. Short names: the rank server's socket is a path
+    # under this folder, and a Unix socket's path takes at most 107 bytes.
+    private_dir = None
+    if run_dir is not None and os.path.isdir(run_dir):
+        try:
+            private_dir = os.path.join(run_dir, worker)
+            os.mkdir(private_dir, 0o700)
+        except FileExistsError:  # a crashed worker's, whose replacement has its name
+            private_dir = tempfile.mkdtemp(prefix=f"{worker}-", dir=run_dir)
+    if private_dir is None:
+        private_dir = tempfile.mkdtemp(prefix=f"distspawn-{worker}-")
     saved_environ = {key: os.environ.get(key) for key in ("TMPDIR", "MASTER_PORT")}
     saved_tempdir = tempfile.tempdir
     os.environ["TMPDIR"] = private_dir

@@ -406,3 +406,17 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
                 (kind == "processes"), name
             assert bool(distspawn_source_scan.THREAD_RANK_NAMES.search(text)) == \
                 (kind == "threads"), name
+
+
+def test_a_killed_xdist_workers_temp_folder_goes_with_the_run():
+    # The worker cannot remove its private TMPDIR as it is SIGKILLed; the
+    # controller removes the folder that holds every worker's.
+    run = pytest_run("xdist_killed_worker.py", "-v", "-n", "1", "-p", "no:cacheprovider")
+    assert run.returncode == 1, run.output
+    seen = outcomes(run.output)
+    assert seen == {"Ranks::test_a_ranks_start": "PASSED", "test_b_worker_killed": "FAILED",
+                    "test_c_after_the_crash": "PASSED"}, run.output
+    assert "crashed while running" in run.output, run.output
+    assert run.leftover_pids == []
+    assert [f for f in run.leftover_files if not f.startswith("pytest-of-")] == [], \
+        run.leftover_files
