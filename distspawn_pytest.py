@@ -76,7 +76,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     if value not in STAND_IN_ON or any(isinstance(f, _StandInTrigger) for f in sys.meta_path):
         return
     if any(name in sys.modules for name in _StandInTrigger.WATCHED):
-        import distspawn  # noqa: F401 - a plugin imported the harness: stand in, or say why not
+        _stand_in_now()  # a plugin imported the harness: stand in, or say why not
     else:
         # distspawn (and torch) are imported, and stand in for upstream's
         # harness, when a conftest or test module first imports the harness:
@@ -120,7 +120,22 @@ class _StandInTrigger(importlib.abc.MetaPathFinder):
             return  # the outer module fires once its body has run
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        import distspawn  # noqa: F401 - installs the stand-in
+        _stand_in_now()
+
+
+def _stand_in_now() -> None:
+    # distspawn stands in as it is imported, where the variable is set by then.
+    # A plugin named by -p is imported before --distspawn-stand-in sets it:
+    # where such a plugin imported distspawn, that import did not stand in
+    # (and the run went on upstream's harness, at its speed, saying nothing).
+    imported_before = "distspawn" in sys.modules
+    import distspawn  # noqa: F401
+
+    if imported_before:
+        from distspawn.integrations import stand_in
+
+        if not stand_in.installed():
+            stand_in.install_if_requested("--distspawn-stand-in, after a plugin imported distspawn")
 
 
 class _ThenStandIn:

@@ -108,6 +108,16 @@ def test_too_late_to_stand_in_says_why_and_leaves_upstream_alone():
     assert run.leftover_pids == []
 
 
+def test_a_plugin_that_imported_distspawn_first_does_not_keep_the_mode_out():
+    # -p plugins are imported before the flag sets DISTSPAWN_STAND_IN, so that
+    # import of distspawn did not stand in: the file ran on upstream's harness,
+    # its verdicts the same, without a word, at upstream's speed.
+    run = pytest_run("-p", "distspawn_first", "--distspawn-stand-in", "-k", "rank_2")
+    assert verdicts(run.output) == {"DTensorOnRanks::test_rank_2_disagrees": "FAILED"}
+    assert DISTSPAWN_REPORT in run.output and FALLBACK not in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
 def test_a_bad_value_is_one_clear_error_before_anything_starts():
     run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", FILE],
                      env={"DISTSPAWN_STAND_IN": "maybe"}, timeout=120)
