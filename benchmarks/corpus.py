@@ -29,11 +29,14 @@ has ``"commit": null`` and its ``index_id`` there instead. An entry with a
     python benchmarks/corpus.py --corpus /tmp/corpus --save corpus-verdicts.json
     python benchmarks/corpus.py --corpus /tmp/corpus --together
     python benchmarks/corpus.py --corpus /tmp/corpus --floor
+    python benchmarks/corpus.py --corpus /tmp/corpus --together --workers 2
 
 ``--floor`` also times each session's ``pytest --collect-only`` (no harness):
 the interpreter, torch, the project's imports and collection, which every
 harness pays before its first test. The time beyond it is the tests' own,
-and the ratio over that is printed too.
+and the ratio over that is printed too. ``--workers N`` runs every session on
+N pytest-xdist workers, where each worker is a test process of its own with a
+rank server of its own, and runs the tests it is sent.
 
 Needs ``torch.testing._internal`` to import (``pip install expecttest``) and
 each project's own test dependencies.
@@ -164,9 +167,11 @@ class Run:
     test_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def run_files(entries: list[Entry], root: Path, harness: str, timeout: float) -> Run:
+def run_files(entries: list[Entry], root: Path, harness: str, timeout: float,
+              workers: int = 0) -> Run:
     """Run ``entries`` (files of one project) in one pytest session on one
-    harness; read back each file's verdicts and what the run left in the temp folder."""
+    harness; read back each file's verdicts and what the run left in the temp
+    folder. ``workers``: pytest-xdist workers (``-n``; 0: none)."""
     targets = {entry.path: root / entry.path for entry in entries}
     switched = []
     if harness == "switched":
@@ -196,6 +201,8 @@ def run_files(entries: list[Entry], root: Path, harness: str, timeout: float) ->
             command = [sys.executable, "-m", "pytest", *map(str, targets.values()), "-q",
                        "-p", "no:cacheprovider", "--continue-on-collection-errors",
                        f"--junitxml={junit}"]
+            if workers and harness != COLLECT_ONLY:
+                command += ["-n", str(workers)]
             if harness == "stand-in":
                 command.append("--distspawn-stand-in")
             elif harness == COLLECT_ONLY:
@@ -318,7 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--together", action="store_true",
                         help="run each project's files in one pytest session per harness, "
                              "as a project's suite is run, instead of one file at a time")
+    parser.add_argument("--workers", type=int, default=0, metavar="N",
+                        help="run each session on N pytest-xdist workers (-n N), as many CI "
+                             "jobs run their suites; needs pytest-xdist")
     args = parser.parse_args(argv)
+    if args.workers < 0:
+        parser.error(f"--workers {args.workers}: expected 0 (no xdist) or a number of workers")
     harnesses = args.harnesses.split(",")
     unknown = sorted(set(harnesses) - set(HARNESSES))
     if unknown:
@@ -348,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
     for group in sessions(entries, args.together):
         root = args.corpus / group[0].project
-        runs = {h: run_files(group, root, h, args.timeout) for h in harnesses}
+        runs = {h: run_files(group, root, h, args.timeout, args.workers) for h in harnesses}
         collect = run_files(group, root, COLLECT_ONLY, args.timeout) if args.floor else None
         floor += collect.seconds if collect else 0.0
         for harness, run in runs.items():
