@@ -12,10 +12,12 @@ per-worker isolation under pytest-xdist.
 from __future__ import annotations
 
 import fnmatch
+import getpass
 import importlib.abc
 import multiprocessing.util
 import os
 import pathlib
+import re
 import shutil
 import socket
 import sys
@@ -236,13 +238,35 @@ def _isolate_xdist_worker(worker: str, run_dir: str | None) -> tuple:
             private_dir = tempfile.mkdtemp(prefix=f"{worker}-", dir=run_dir)
     if private_dir is None:
         private_dir = tempfile.mkdtemp(prefix=f"distspawn-{worker}-")
-    saved_environ = {key: os.environ.get(key) for key in ("TMPDIR", "MASTER_PORT")}
+    saved_environ = {key: os.environ.get(key)
+                     for key in ("TMPDIR", "MASTER_PORT", INDUCTOR_CACHE_VAR)}
     saved_tempdir = tempfile.tempdir
+    cache = _inductor_cache_outside(tempfile.gettempdir())
+    if cache is not None:
+        os.environ[INDUCTOR_CACHE_VAR] = cache
     os.environ["TMPDIR"] = private_dir
     tempfile.tempdir = private_dir
     if "MASTER_PORT" in os.environ:
         os.environ["MASTER_PORT"] = str(_free_port())
     return saved_environ, saved_tempdir, private_dir
+
+
+INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def _inductor_cache_outside(temp_root: str) -> str | None:
+    # torch.compile's on-disk caches (inductor's compiled code, FX graphs,
+    # autotuning) are kept, unless this variable says where, in a folder
+    # named after the user in the temp folder, where they outlive the run.
+    # In a worker's private TMPDIR they were compiled anew each run and
+    # removed with the worker (ao's 8 files, -n 2: 135 s against 37 s).
+    if os.environ.get(INDUCTOR_CACHE_VAR):
+        return None
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError, ImportError):  # no name for this uid: torch names it so
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
+    return os.path.join(temp_root, "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 # A rank server started before the test process imported torch: where it

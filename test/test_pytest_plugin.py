@@ -420,3 +420,14 @@ def test_a_killed_xdist_workers_temp_folder_goes_with_the_run():
     assert run.leftover_pids == []
     assert [f for f in run.leftover_files if not f.startswith("pytest-of-")] == [], \
         run.leftover_files
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_xdist_workers_keep_torch_compiles_cache_where_it_outlives_the_run(tmp_path, named):
+    # A worker's private TMPDIR is removed with it: inductor's cache, kept in
+    # the temp folder by default, was compiled anew on every run.
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "EXPECTED_CACHE": str(tmp_path)} \
+        if named else {"TORCHINDUCTOR_CACHE_DIR": "", "EXPECTED_CACHE": ""}
+    run = pytest_run("xdist_inductor_cache.py", "-q", "-n", "1", "-p", "no:cacheprovider",
+                     env=env)
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
