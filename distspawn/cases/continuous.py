@@ -32,7 +32,7 @@ import torch
 import torch.distributed as c10d
 import torch.multiprocessing as mp
 
-from ..engine import launch, stall
+from ..engine import launch, leftovers, stall
 from ..engine.reused_worker import Task, worker_loop
 from ..fixtures.device_probe import accelerator_type, backend_for_device, build_accelerator_type
 from .dist_backend import backend_is_available
@@ -272,6 +272,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         handle, rdvz_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
         os.close(handle)
         pool = _Pool([], rdvz_file, tempfile.mkdtemp(prefix="distspawn-pool-"))
+        leftovers.remove_if_killed(rdvz_file)
+        leftovers.remove_if_killed(pool.work_dir)
         # Registered before any start, so that a failed start still cleans up.
         cls._live_pool = pool
         _classes_with_pools.add(cls)
@@ -332,6 +334,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         if cls.fresh_process_group_per_test:
             handle, fresh_file = tempfile.mkstemp(prefix="distspawn-rdvz-")
             os.close(handle)
+            leftovers.remove_if_killed(fresh_file)
         started = time.monotonic()
         try:
             outcomes = self._run_on_pool(pool, Task(test_id, fresh_file))

@@ -25,7 +25,7 @@ import torch.distributed as c10d
 import torch.multiprocessing as mp
 from multiprocessing.connection import wait
 
-from ..engine import collective_log, launch, stall, worker
+from ..engine import collective_log, launch, leftovers, stall, worker
 from .class_ref import class_ref
 from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
 from .empty_world import ranks_to_start
@@ -144,6 +144,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         self._rank_processes: list[RankProcess] = []
         self._rank_outcomes: list = []
         self._work_dir = tempfile.mkdtemp(prefix="distspawn-")
+        leftovers.remove_if_killed(self._work_dir)
         self.addCleanup(shutil.rmtree, self._work_dir, ignore_errors=True)
         self.addCleanup(self._end_rank_processes)
         with tempfile.NamedTemporaryFile(delete=False, dir=self._work_dir, prefix="store-") as f:

@@ -1,0 +1,102 @@
+"""Remove the test process's temporary files even where it is killed outright.
+
+A test process ended by SIGKILL (a CI job's time limit after its grace, the
+OOM killer, ``kill -9``) runs no clean-up: each test's folder of rank files,
+the reused workers' rendezvous file and folder, and multiprocessing's folder
+with the rank server's socket would stay in the temp folder for good.
+
+So the first path watched starts a watcher: a small interpreter of its own
+(no torch), in a session of its own so that a signal sent to the test's
+process group leaves it be. It reads the paths to watch on a pipe whose other
+end only the test process holds (and processes forked from it, which end with
+it). When that pipe closes, the test process has ended, however it ended: the
+watcher removes each watched path that is still there, and exits. A path the
+test process removed itself is simply gone by then. At a normal exit the
+test process cleans up itself: it tells the watcher so, and waits for it to
+end, so that nothing of the test's lives on after it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+import threading
+
+# Run with -I -S: nothing of the user's site, path or environment is imported.
+_WATCHER = r"""
+import os, shutil, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+watched = []
+for line in sys.stdin.buffer:
+    if line == b"\n":  # the test process is ending normally: it cleans up itself
+        watched.clear()
+    else:
+        watched.append(os.fsdecode(line[:-1]))
+for path in watched:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+"""
+EXIT_WAIT_S = 2.0  # at a normal exit: how long to wait for the watcher to end
+
+_lock = threading.Lock()
+_watcher: list[subprocess.Popen] = []  # at most one, of the process that started it
+_owner = {"pid": 0}
+_told: set[bytes] = set()  # the paths it was given
+
+
+def remove_if_killed(path: str) -> None:
+    """Have ``path`` (a file or a folder) removed should this process be
+    killed before removing it itself. Best effort: without a watcher (one
+    could not start) nothing changes."""
+    data = os.fsencode(os.path.abspath(path))
+    if b"\n" in data:
+        return  # the watcher reads one path a line
+    with _lock:
+        watcher = _running_watcher()
+        if watcher is None or data in _told:
+            return
+        _told.add(data)  # (multiprocessing's folder is named again for every test)
+        try:
+            watcher.stdin.write(data + b"\n")
+            watcher.stdin.flush()
+        except OSError:
+            pass
+
+
+def _running_watcher() -> subprocess.Popen | None:
+    if _owner["pid"] != os.getpid():  # not started, or started by the process this was forked from
+        _watcher.clear()
+        _told.clear()
+        _owner["pid"] = os.getpid()
+        try:
+            _watcher.append(subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHER], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        except OSError:
+            return None
+    return _watcher[0] if _watcher else None
+
+
+def _wait_for_watcher() -> None:
+    # At a normal exit the test process removes what it made itself (some of
+    # it later than this: multiprocessing's folder, whose removal fails loudly
+    # if it is gone): the watcher is told to forget it all, and exits at once.
+    if _owner["pid"] != os.getpid() or not _watcher:
+        return
+    watcher = _watcher.pop()
+    try:
+        watcher.stdin.write(b"\n")
+        watcher.stdin.close()
+        watcher.wait(EXIT_WAIT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # a forked child still holds the pipe: the watcher ends with it
+
+
+atexit.register(_wait_for_watcher)
