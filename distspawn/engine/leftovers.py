@@ -75,6 +75,8 @@ def _running_watcher() -> subprocess.Popen | None:
         _watcher.clear()
         _told.clear()
         _owner["pid"] = os.getpid()
+        if not sys.executable:  # an embedded interpreter: no way to start one
+            return None
         try:
             _watcher.append(subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _WATCHER], stdin=subprocess.PIPE,
