@@ -1,5 +1,6 @@
 """The pytest plugin: world-size items, caps, rank-labelled reports, -k, --lf, node ids, xdist."""
 
+import os
 import re
 import xml.etree.ElementTree as ET
 
@@ -437,8 +438,6 @@ def test_xdist_workers_keep_torch_compiles_cache_where_it_outlives_the_run(tmp_p
 def test_an_xdist_worker_starts_the_rank_server_early_only_with_a_core_to_spare(workers):
     # With every core collecting, the early start only competed with the
     # workers, and was wasted where no test starts ranks.
-    import os
-
     count = str(len(os.sched_getaffinity(0))) if workers == "cores" else workers
     run = pytest_run("xdist_early_start.py", "-q", "-n", count, "-p", "no:cacheprovider")
     assert run.returncode == 0 and "2 passed" in run.output, run.output

@@ -8,7 +8,6 @@ variable below), never by changing the global multiprocessing start method.
 
 from __future__ import annotations
 
-import multiprocessing.util
 import os
 import signal
 import threading
@@ -17,7 +16,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from . import leftovers, rank_server
+from . import rank_server
 
 START_METHOD_ENV = "DISTSPAWN_START_METHOD"
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -89,9 +88,6 @@ def process_class(start_method: str, test_module: str | None = None) -> type:
         # this process's environment, and it cannot be made to, these ranks
         # start afresh (the run was told why).
         rank_server.start_rank_server([test_module] if test_module else [])
-        # multiprocessing's folder (the server's socket is in it): its own
-        # clean-up at exit removes it, where this process gets to exit.
-        leftovers.remove_if_killed(multiprocessing.util.get_temp_dir())
         if not rank_server.ranks_may_fork(dict(os.environ), test_module):
             start_method = "spawn"
     return mp.get_context(start_method).Process

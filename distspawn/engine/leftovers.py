@@ -46,9 +46,8 @@ for path in watched:
 EXIT_WAIT_S = 2.0  # at a normal exit: how long to wait for the watcher to end
 
 _lock = threading.Lock()
-_watcher: list[subprocess.Popen] = []  # at most one, of the process that started it
-_owner = {"pid": 0}
-_told: set[bytes] = set()  # the paths it was given
+_watcher: subprocess.Popen | None = None
+_watcher_pid = 0  # the process that started it (one forked from it starts its own)
 
 
 def remove_if_killed(path: str) -> None:
@@ -60,9 +59,8 @@ def remove_if_killed(path: str) -> None:
         return  # the watcher reads one path a line
     with _lock:
         watcher = _running_watcher()
-        if watcher is None or data in _told:
+        if watcher is None:
             return
-        _told.add(data)  # (multiprocessing's folder is named again for every test)
         try:
             watcher.stdin.write(data + b"\n")
             watcher.stdin.flush()
@@ -71,28 +69,28 @@ def remove_if_killed(path: str) -> None:
 
 
 def _running_watcher() -> subprocess.Popen | None:
-    if _owner["pid"] != os.getpid():  # not started, or started by the process this was forked from
-        _watcher.clear()
-        _told.clear()
-        _owner["pid"] = os.getpid()
+    global _watcher, _watcher_pid
+    if _watcher_pid != os.getpid():  # not started, or started by the process this was forked from
+        _watcher, _watcher_pid = None, os.getpid()
         if not sys.executable:  # an embedded interpreter: no way to start one
             return None
         try:
-            _watcher.append(subprocess.Popen(
+            _watcher = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _WATCHER], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError:
             return None
-    return _watcher[0] if _watcher else None
+    return _watcher
 
 
 def _wait_for_watcher() -> None:
     # At a normal exit the test process removes what it made itself (some of
     # it later than this: multiprocessing's folder, whose removal fails loudly
     # if it is gone): the watcher is told to forget it all, and exits at once.
-    if _owner["pid"] != os.getpid() or not _watcher:
+    global _watcher
+    if _watcher_pid != os.getpid() or _watcher is None:
         return
-    watcher = _watcher.pop()
+    watcher, _watcher = _watcher, None
     try:
         watcher.stdin.write(b"\n")
         watcher.stdin.close()

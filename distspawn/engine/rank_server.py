@@ -33,6 +33,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
 import socket
 import sys
@@ -43,6 +44,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import distspawn_rank_server
+
+from . import leftovers
 
 # What the forkserver imports once: the script being run (as multiprocessing
 # does by default), the environment hand-over, then everything a rank needs.
@@ -73,6 +76,9 @@ class _Server:
         if not self.reports:
             self.answered.set()
         atexit.register(self.remove_environ_file)
+        # multiprocessing's folder, the server's socket in it: its own clean-up
+        # at exit removes it, where this process gets to exit.
+        leftovers.remove_if_killed(multiprocessing.util.get_temp_dir())
 
     def switchable(self) -> bool:
         return self.connection is not None and bool((self.report or {}).get("switch"))

@@ -347,7 +347,7 @@ def _import_in_successor(import_here: Callable[[], None]) -> successors.ChildEnd
     return ended._replace(why=why)
 
 
-def _fork_telling() -> tuple[int, Any]:
+def _fork_telling() -> tuple[int, successors.Messages | None]:
     """Fork a child that tells this process how its imports go: 0 and None
     in the child (it tells through ``successors.tell``); in this process,
     the child's pid and its ``successors.Messages``."""

@@ -7,16 +7,10 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from distspawn import MultiProcessTestCase
+from two_ranks import TwoRankTestCase
 
 
-class Ranks(MultiProcessTestCase):
-    world_size = 2
-
-    def setUp(self):
-        super().setUp()
-        self._spawn_processes()
-
+class Ranks(TwoRankTestCase):
     def test_a_ranks_start(self):
         store = dist.FileStore(self.file_name, self.world_size)
         dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size, store=store)
