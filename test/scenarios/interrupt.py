@@ -1,5 +1,8 @@
 """Ranks report their pids on a FIFO, then hang until the test process is stopped.
 
+Each test runs in ``with_temp_dir``'s folder, made by a rank: it must not
+outlive the stop either.
+
 INTERRUPT_TIER=fresh (default) runs the hanging test on fresh rank processes,
 INTERRUPT_TIER=reused on reused workers; DISTSPAWN_START_METHOD picks how
 ranks start.
@@ -9,6 +12,7 @@ import os
 import time
 
 from distspawn import MultiProcContinuousTest, run_tests
+from distspawn.checkpoint_utils import with_temp_dir
 from two_ranks import TwoRankTestCase
 
 
@@ -20,6 +24,7 @@ def report_pid_then_hang():
 
 if os.environ.get("INTERRUPT_TIER", "fresh") == "fresh":
     class Interrupted(TwoRankTestCase):
+        @with_temp_dir
         def test_hang(self):
             report_pid_then_hang()
 else:
@@ -30,6 +35,7 @@ else:
         def backend_str(cls):
             return "gloo"
 
+        @with_temp_dir
         def test_hang(self):
             report_pid_then_hang()
 
