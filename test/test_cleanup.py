@@ -117,8 +117,11 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
     with tempfile.TemporaryDirectory() as tmp:
         fifo = os.path.join(tmp, "pids")
         os.mkfifo(fifo)
+        # A rank's own temporary folder, left to its with block: a stop it can
+        # unwind from removes it (a terminal's Ctrl-C does on upstream's harness).
         env = {**os.environ, "PID_FIFO": fifo, "TMPDIR": tmp, MARKER_VAR: marker,
-               "INTERRUPT_TIER": tier, "DISTSPAWN_START_METHOD": start_method}
+               "INTERRUPT_TIER": tier, "DISTSPAWN_START_METHOD": start_method,
+               "INTERRUPT_USER_TEMP": "0" if sig == signal.SIGKILL else "1"}
         # SIGINT at its default in the child: a suite started as a background
         # job (where bash ignores SIGINT) would hand SIG_IGN on to it.
         parent = subprocess.Popen([sys.executable, "interrupt.py"], cwd=SCENARIOS, env=env,

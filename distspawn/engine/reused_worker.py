@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -27,6 +28,7 @@ from .worker import (
     enable_native_crash_dump,
     exit_code_of,
     forked_process,
+    interrupted_since,
     prepare_rank_process,
     resolve_class,
 )
@@ -70,6 +72,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
             break  # the parent went away
         if task is None:
             break
+        started = time.monotonic()
         if init_skip is not None:
             report = RankReport(rank, task.test_id, ReportStatus.SKIPPED, reason=init_skip)
         elif init_error is not None:
@@ -83,6 +86,8 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         sys.stderr.flush()
         conn.send(dataclasses.replace(report, reduce_ops=reduce_ops.take()))
         release_kept_groups()  # groups the test destroyed; none is in use now
+        if report.status is not ReportStatus.PASSED and interrupted_since(started):
+            break  # the run is stopping (Ctrl-C, SIGTERM): leave now, not at the grace's end
     if init_error is None and init_skip is None:
         cls._destroy_pg()
     if forked_process():

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -38,6 +40,9 @@ logger = logging.getLogger(__name__)
 FAILURE_GRACE_S = 0.5
 # How long ranks get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 3.0
+# A run stopped by Ctrl-C or SIGTERM: how long ranks get to unwind from their
+# own interrupt (their finally and with blocks) before SIGTERM.
+INTERRUPT_GRACE_S = 1.0
 # How long ranks get to write their stacks after the request.
 STACK_WAIT_S = 3.0
 OUTPUT_TAIL_LINES = 40
@@ -388,8 +393,28 @@ def wait_for_exits(processes: list[BaseProcess], timeout: float) -> None:
 
 
 def end_processes(processes: list[BaseProcess]) -> None:
-    """SIGTERM the given live processes, SIGKILL what is left after a grace, reap all."""
+    """SIGTERM the given live processes, SIGKILL what is left after a grace, reap all.
+
+    Called while a KeyboardInterrupt is handled (Ctrl-C, or SIGTERM, which
+    distspawn raises as one, stopping the run), the processes are interrupted
+    first and given :data:`INTERRUPT_GRACE_S` to unwind.
+    """
     live = [p for p in processes if p.exitcode is None]
+    if live and isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        # A terminal's Ctrl-C reaches every process of its group, and upstream's
+        # ranks unwind from it: a temporary folder a rank holds in a with block
+        # is removed. SIGTERM's default ends a rank on the spot, so before it
+        # they get the interrupt too (it reaches them twice after a Ctrl-C;
+        # worker.interrupt_once counts one) and a moment to act on it. A rank
+        # blocked in native code (a collective) acts on it only once that
+        # returns: it is ended after the grace as before.
+        for process in live:
+            try:
+                os.kill(process.pid, signal.SIGINT)
+            except (ProcessLookupError, TypeError):  # gone, or never started (no pid)
+                pass
+        wait_for_exits(live, INTERRUPT_GRACE_S)
+        live = [p for p in live if p.exitcode is None]
     for process in live:
         process.terminate()
     wait_for_exits(live, TERMINATE_GRACE_S)

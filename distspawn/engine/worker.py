@@ -13,6 +13,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -28,6 +29,8 @@ from .protocol import DEPARTING, LEAVE, RankReport, ReportStatus
 # Signal a rank answers by writing every thread's Python stack to its stack file.
 # It works where a Python thread could not run (a rank stuck in native code).
 STACK_DUMP_SIGNAL = getattr(signal, "SIGUSR1", None)
+# SIGINTs closer together than this are one interrupt (see interrupt_once).
+INTERRUPT_WINDOW_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,45 @@ def enable_native_crash_dump() -> None:
     hook = getattr(torch_c, "_set_print_stack_traces_on_fatal_signal", None)
     if sys.platform.startswith("linux") and hook is not None:
         hook(True)
+        # torch's dump answers SIGINT too, before Python's handler: every
+        # thread's native stack after a mere Ctrl-C, and where the test
+        # process's interrupt came while it was still printing for the
+        # terminal's, the rank sat in it past the grace and was ended before
+        # it unwound (test_cleanup's reused ranks, 1 run in 16 on a loaded
+        # machine). SIGINT is not a crash: it goes back to Python's handler.
+        interrupt_once()
     os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
+
+
+_last_interrupt = float("-inf")
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    global _last_interrupt
+    now = time.monotonic()
+    repeated, _last_interrupt = now - _last_interrupt < INTERRUPT_WINDOW_S, now
+    if not repeated:
+        raise KeyboardInterrupt
+
+
+def interrupted_since(moment: float) -> bool:
+    """Whether a SIGINT reached this rank after ``moment`` (``time.monotonic()``)."""
+    return _last_interrupt > moment
+
+
+def interrupt_once() -> None:
+    """Make SIGINTs that reach this rank within :data:`INTERRUPT_WINDOW_S` of
+    each other one interrupt.
+
+    A Ctrl-C at a terminal reaches a rank twice: from the terminal (a rank is
+    in the test process's group) and from the test process, which interrupts
+    its ranks as it stops (``supervisor.end_processes``). The second, raised
+    while the rank is unwinding from the first, would cut its finally and
+    with blocks short. Further apart, each SIGINT interrupts, as Python's own
+    handler does. A handler the rank's code set is left alone.
+    """
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_sigint):
+        signal.signal(signal.SIGINT, _on_sigint)
 
 
 def prepare_rank_process(files: RankFiles, parent_pid: int,
@@ -293,6 +334,7 @@ def prepare_rank_process(files: RankFiles, parent_pid: int,
     is no dump signal).
     """
     _die_with_parent(parent_pid)
+    interrupt_once()
     if forked_process():
         forked_exit.note_inherited()
     if environ is not None:
