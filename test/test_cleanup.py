@@ -154,6 +154,16 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
         assert files == ["pids"]
 
 
+@pytest.mark.parametrize("tier", ["fresh", "reused"])
+def test_ranks_unwind_where_an_exception_stops_the_test_processs_wait(tier):
+    # pytest-timeout's signal method raises in the test process while its ranks
+    # run: the ranks' own with blocks still remove their folders.
+    run = run_python(["stopped_by_exception.py", "-v"], env={"STOPPED_TIER": tier},
+                     timeout=120)
+    assert "StoppedByPlugin: the wait was stopped by a plugin's timeout" in run.output, run.output
+    assert run.leftover_files == [] and run.leftover_pids == [], run.output
+
+
 @pytest.mark.parametrize("tier, start_method", [("fresh", "forkserver"), ("fresh", "fork"),
                                                 ("reused", "fork"), ("fresh", "spawn")])
 def test_a_temporary_folder_a_rank_leaves_to_its_exit_is_removed(tier, start_method):

@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 FAILURE_GRACE_S = 0.5
 # How long ranks get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 3.0
-# A run stopped by Ctrl-C or SIGTERM: how long ranks get to unwind from their
-# own interrupt (their finally and with blocks) before SIGTERM.
+# A test process stopped by an exception (Ctrl-C, SIGTERM, a pytest-timeout):
+# how long ranks get to unwind from an interrupt (their finally and with
+# blocks) before SIGTERM.
 INTERRUPT_GRACE_S = 1.0
 # How long ranks get to write their stacks after the request.
 STACK_WAIT_S = 3.0
@@ -395,12 +396,14 @@ def wait_for_exits(processes: list[BaseProcess], timeout: float) -> None:
 def end_processes(processes: list[BaseProcess]) -> None:
     """SIGTERM the given live processes, SIGKILL what is left after a grace, reap all.
 
-    Called while a KeyboardInterrupt is handled (Ctrl-C, or SIGTERM, which
-    distspawn raises as one, stopping the run), the processes are interrupted
-    first and given :data:`INTERRUPT_GRACE_S` to unwind.
+    Called while an exception stops the test process (Ctrl-C; SIGTERM, which
+    distspawn raises as KeyboardInterrupt; pytest-timeout's ``Failed:
+    Timeout``), the processes are interrupted first and given
+    :data:`INTERRUPT_GRACE_S` to unwind. A verdict (a rank failed, the
+    deadline passed) ends them as upstream's harness does, with SIGTERM.
     """
     live = [p for p in processes if p.exitcode is None]
-    if live and isinstance(sys.exc_info()[1], KeyboardInterrupt):
+    if live and sys.exc_info()[1] is not None:
         # A terminal's Ctrl-C reaches every process of its group, and upstream's
         # ranks unwind from it: a temporary folder a rank holds in a with block
         # is removed. SIGTERM's default ends a rank on the spot, so before it
