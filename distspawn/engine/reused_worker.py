@@ -87,7 +87,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         conn.send(dataclasses.replace(report, reduce_ops=reduce_ops.take()))
         release_kept_groups()  # groups the test destroyed; none is in use now
         if report.status is not ReportStatus.PASSED and interrupted_since(started):
-            break  # the run is stopping (Ctrl-C, SIGTERM): leave now, not at the grace's end
+            break  # the test process is stopping (end_processes): leave now, not after its grace
     if init_error is None and init_skip is None:
         cls._destroy_pg()
     if forked_process():

@@ -285,11 +285,11 @@ def enable_native_crash_dump() -> None:
     if sys.platform.startswith("linux") and hook is not None:
         hook(True)
         # torch's dump answers SIGINT too, before Python's handler: every
-        # thread's native stack after a mere Ctrl-C, and where the test
-        # process's interrupt came while it was still printing for the
-        # terminal's, the rank sat in it past the grace and was ended before
-        # it unwound (test_cleanup's reused ranks, 1 run in 16 on a loaded
-        # machine). SIGINT is not a crash: it goes back to Python's handler.
+        # thread's native stack after a mere Ctrl-C. With it in place, a
+        # reused rank given the terminal's Ctrl-C and the test process's at
+        # once sometimes did not unwind within the grace (1 run in 16 on a
+        # loaded machine; none in 90 without it). SIGINT is not a crash: it
+        # goes back to Python's handler.
         interrupt_once()
     os.environ["TORCH_SHOW_CPP_STACKTRACES"] = "1"
 
