@@ -341,3 +341,40 @@ def test_a_world_that_no_longer_builds_is_one_skip_naming_it():
     line = run.verdict_line("test_each_rank_thread_has_its_own")
     assert "skipped" in line and "torch.distributed.distributed_c10d._World" in line, run.output
     assert "AttributeError" not in run.output
+
+
+def test_a_session_ended_twice_waits_for_its_stuck_threads_once():
+    # The join's finally ends the session, then the clean-up setUp added ends
+    # it again: a thread stuck where no interrupt reaches (here a lock wait)
+    # got the grace twice, so a hung test took 2 s more to fail.
+    from distspawn.cases import threaded
+
+    session = threaded._begin_session(1, 30.0)
+    release = threading.Event()
+
+    def stuck():
+        try:
+            release.wait()
+        except BaseException:  # the interrupt lands once the wait returns
+            pass
+
+    thread = threading.Thread(target=stuck, daemon=True)
+    thread.start()
+    try:
+        threaded._end_session(session, [thread])
+        assert thread.is_alive()
+        second_done = threading.Event()
+
+        def end_again():
+            threaded._end_session(session, [thread])
+            second_done.set()
+
+        ender = threading.Thread(target=end_again)
+        ender.start()
+        # The first took the whole grace; the second must not wait it again.
+        assert second_done.wait(threaded.STOP_GRACE_S / 2)
+    finally:
+        release.set()
+        thread.join()
+    ender.join()
+    assert active_session() is None

@@ -509,12 +509,16 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
 
 
 def _end_session(session: ThreadedSession, threads: list[threading.Thread]) -> None:
+    # Called twice for most tests (the join's finally, then the clean-up setUp
+    # added): where the first already gave stuck threads their grace, the
+    # second waiting for them again only doubled a hung test's stop.
+    ending_now = threaded_pg.active_session() is session
     session.stop("the test ended")
     for rank, thread in enumerate(threads):
-        if not session.has_finished(rank):
+        if ending_now and not session.has_finished(rank):
             _interrupt(thread)
     # Interrupted threads usually end within moments; do not leave them to the next test.
-    give_up = time.monotonic() + STOP_GRACE_S
+    give_up = time.monotonic() + (STOP_GRACE_S if ending_now else 0.0)
     for thread in threads:
         thread.join(max(0.0, give_up - time.monotonic()))
     uninstall_thread_rng()
