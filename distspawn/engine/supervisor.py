@@ -414,7 +414,7 @@ def end_processes(processes: list[BaseProcess]) -> None:
         for process in live:
             try:
                 os.kill(process.pid, signal.SIGINT)
-            except (ProcessLookupError, TypeError):  # gone, or never started (no pid)
+            except ProcessLookupError:
                 pass
         wait_for_exits(live, INTERRUPT_GRACE_S)
         live = [p for p in live if p.exitcode is None]

@@ -11,8 +11,8 @@ reused workers; DISTSPAWN_START_METHOD the start method.
 import os
 import tempfile
 
-from distspawn import MultiProcContinuousTest, run_tests
-from two_ranks import TwoRankTestCase
+from distspawn import run_tests
+from two_ranks import TwoRankReusedTestCase, TwoRankTestCase
 
 KEPT = []
 
@@ -26,13 +26,8 @@ class Rows:
 
 
 if os.environ.get("EXIT_CLEANUPS_TIER") == "reused":
-    class ExitCleanups(Rows, MultiProcContinuousTest):
-        world_size = 2
+    class ExitCleanups(Rows, TwoRankReusedTestCase):
         start_method = os.environ.get("DISTSPAWN_START_METHOD", "fork")
-
-        @classmethod
-        def backend_str(cls):
-            return "gloo"
 else:
     class ExitCleanups(Rows, TwoRankTestCase):
         pass

@@ -14,9 +14,9 @@ import os
 import tempfile
 import time
 
-from distspawn import MultiProcContinuousTest, run_tests
+from distspawn import run_tests
 from distspawn.checkpoint_utils import with_temp_dir
-from two_ranks import TwoRankTestCase
+from two_ranks import TwoRankReusedTestCase, TwoRankTestCase
 
 
 def report_pid_then_hang():
@@ -34,13 +34,7 @@ if os.environ.get("INTERRUPT_TIER", "fresh") == "fresh":
         def test_hang(self):
             report_pid_then_hang()
 else:
-    class InterruptedReused(MultiProcContinuousTest):
-        world_size = 2
-
-        @classmethod
-        def backend_str(cls):
-            return "gloo"
-
+    class InterruptedReused(TwoRankReusedTestCase):
         @with_temp_dir
         def test_hang(self):
             report_pid_then_hang()

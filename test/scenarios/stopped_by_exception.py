@@ -13,8 +13,8 @@ import tempfile
 import threading
 import time
 
-from distspawn import MultiProcContinuousTest, run_tests
-from two_ranks import TwoRankTestCase
+from distspawn import run_tests
+from two_ranks import TwoRankReusedTestCase, TwoRankTestCase
 
 READY_VAR = "STOPPED_READY_DIR"  # made by the test process, inherited by its ranks
 
@@ -47,12 +47,8 @@ if os.environ.get("STOPPED_TIER", "fresh") == "fresh":
     class Stopped(Rows, TwoRankTestCase):
         pass
 else:
-    class StoppedReused(Rows, MultiProcContinuousTest):
-        world_size = 2
-
-        @classmethod
-        def backend_str(cls):
-            return "gloo"
+    class StoppedReused(Rows, TwoRankReusedTestCase):
+        pass
 
 
 if __name__ == "__main__":

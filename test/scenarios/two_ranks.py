@@ -1,6 +1,7 @@
-"""The base every scenario uses: two ranks, started in setUp as upstream files do."""
+"""The bases the scenarios use: two ranks, started in setUp as upstream files
+do, or two reused gloo workers."""
 
-from distspawn import MultiProcessTestCase
+from distspawn import MultiProcContinuousTest, MultiProcessTestCase
 
 
 class TwoRankTestCase(MultiProcessTestCase):
@@ -11,3 +12,11 @@ class TwoRankTestCase(MultiProcessTestCase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
+
+
+class TwoRankReusedTestCase(MultiProcContinuousTest):
+    world_size = 2
+
+    @classmethod
+    def backend_str(cls):
+        return "gloo"
