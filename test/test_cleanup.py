@@ -1,6 +1,7 @@
 """Nothing outlives its test: processes, temp dirs, store files; Ctrl-C ends the ranks."""
 
 import os
+import re
 import select
 import signal
 import subprocess
@@ -155,12 +156,21 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
 
 
 @pytest.mark.parametrize("tier", ["fresh", "reused"])
-def test_ranks_unwind_where_an_exception_stops_the_test_processs_wait(tier):
+def test_an_exception_that_stops_the_wait_says_where_each_rank_was_and_lets_them_unwind(tier):
     # pytest-timeout's signal method raises in the test process while its ranks
-    # run: the ranks' own with blocks still remove their folders.
+    # run, and dumps only that process's stacks: the exception carries each
+    # rank's, and the ranks' own with blocks still remove their folders.
     run = run_python(["stopped_by_exception.py", "-v"], env={"STOPPED_TIER": tier},
                      timeout=120)
-    assert "StoppedByPlugin: the wait was stopped by a plugin's timeout" in run.output, run.output
+    shown = "StoppedByPlugin: the wait was stopped by a plugin's timeout\n"
+    assert shown in run.output, run.output
+    note = run.output.split(shown, 1)[1]
+    assert note.startswith("distspawn: 2 of 2 ranks (ranks 0, 1) still ran when this "
+                           "stopped the test process's wait for them"), run.output
+    for rank, next_heading in (("0", "rank 1: in its test"), ("1", "-" * 20)):
+        part = note.split(f"rank {rank}: in its test\n", 1)[1].split(next_heading, 1)[0]
+        assert "its stack when the wait was stopped (all threads):" in part, run.output
+        assert re.search(r'stopped_by_exception\.py", line \d+ in test_hang', part), run.output
     assert run.leftover_files == [] and run.leftover_pids == [], run.output
 
 

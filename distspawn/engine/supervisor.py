@@ -30,7 +30,7 @@ from typing import Callable
 from . import stall
 from .crash_text import drop_frames, python_crash_stack, split_native_dump, trim_native_dump
 from .protocol import DEPARTING, LEAVE, Event, RankReport, ReportStatus
-from .verdict import RankOutcome
+from .verdict import RankOutcome, where_ranks_were
 from .worker import STACK_DUMP_SIGNAL, RankFiles, is_harness_frame
 
 logger = logging.getLogger(__name__)
@@ -148,6 +148,12 @@ class RankSupervisor:
                     self._on_failure_known()
                 else:
                     self._on_deadline()
+        except (KeyboardInterrupt, SystemExit):
+            raise  # the user stops the run: no report wanted
+        except BaseException as stopped:
+            if self._running:
+                self._note_where_ranks_were(stopped)
+            raise
         finally:
             # Also reached on Ctrl-C: never leave a rank behind.
             end_processes([self._ranks[rank].process for rank in self._running.values()])
@@ -231,6 +237,22 @@ class RankSupervisor:
     def _on_stall(self) -> None:
         """Every running rank waits in a call none can finish: end them now."""
         self._take_stacks(self.stall, deadline=False)
+
+    def _note_where_ranks_were(self, stopped: BaseException) -> None:
+        """An exception of the test process's own stopped the wait (pytest-timeout's
+        signal method raises ``Failed: Timeout`` here, and dumps only this
+        process's stacks): it gets a note with each running rank's stack and,
+        where the collective logs tell, the call each waits in."""
+        running = [self.outcomes[rank] for rank in sorted(self._running.values())]
+        try:
+            found = stall.judge(self._rank_states(), time.time_ns(), 0.0, at_deadline=True)
+            self._take_stacks(found, deadline=True)
+            note = where_ranks_were(running, len(self._ranks),
+                                    found.headline if found is not None else None)
+        except Exception:
+            logger.exception("distspawn could not take the ranks' stacks")
+            return  # the exception that stopped the test is the one to see
+        stopped.add_note(note)
 
     def _take_stacks(self, found: stall.Stall | None, deadline: bool) -> None:
         live = [self._ranks[rank] for rank in self._running.values()]

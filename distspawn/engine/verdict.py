@@ -161,7 +161,8 @@ def is_decisive(outcome: RankOutcome, policy: ReturnCodePolicy) -> bool:
 
 
 def _rank_details(outcome: RankOutcome,
-                  legacy_words: Callable[[RankOutcome], str | None] | None = None) -> str:
+                  legacy_words: Callable[[RankOutcome], str | None] | None = None,
+                  stack_when: str | None = None) -> str:
     """What a failing rank left behind: its traceback or stack, then its output tail."""
     words = legacy_words(outcome) if legacy_words is not None else None
     lines = [f"  {words}:"] if words else []
@@ -169,8 +170,9 @@ def _rank_details(outcome: RankOutcome,
     details = details or outcome.legacy_error
     if details:
         lines.append(_indent(details.rstrip()))
-    if outcome.timed_out or outcome.stalled:
-        when = "at the deadline" if outcome.timed_out else "when the stall was judged"
+    if stack_when or outcome.timed_out or outcome.stalled:
+        when = stack_when or ("at the deadline" if outcome.timed_out
+                              else "when the stall was judged")
         if outcome.stack:
             lines.append(f"  its stack {when} ({outcome.stack_scope}):")
             lines.append(_indent(outcome.stack.rstrip(), "    "))
@@ -315,6 +317,27 @@ def decide_verdict(
     if policy.skips_pass:
         return Verdict(VerdictKind.PASS, _skip_summary(skipped))
     return Verdict(VerdictKind.SKIP, _skip_summary(skipped))
+
+
+def where_ranks_were(running: list[RankOutcome], world: int, headline: str | None) -> str:
+    """Where each rank still running was when an exception of the test process's
+    own stopped its wait (pytest-timeout's signal method raises one): the note
+    distspawn adds to that exception."""
+    running = sorted(running, key=lambda o: o.rank)
+    plural = "s" if len(running) > 1 else ""
+    names = ", ".join(str(o.rank) for o in running)
+    lines = [f"distspawn: {len(running)} of {world} ranks (rank{plural} {names}) still ran "
+             "when this stopped the test process's wait for them; where each was:"]
+    if headline:
+        lines.append(headline)
+    for outcome in running:
+        doing = outcome.doing or ("finished its test, waiting to leave"
+                                  if _finished_its_test(outcome) else "in its test")
+        lines.append(f"rank {outcome.rank}: {doing}")
+        details = _rank_details(outcome, stack_when="when the wait was stopped")
+        if details:
+            lines.append(details)
+    return "\n".join(lines)
 
 
 # What upstream's harness says of a failing rank, per tier: tests written for it
