@@ -4,7 +4,8 @@ pytest-timeout's signal method does this: SIGALRM raises ``Failed: Timeout``
 in the test process while its ranks still run. Here a thread of the test
 process sends SIGALRM once both ranks are inside a temporary folder of their
 own; the handler raises. The ranks must unwind (their with blocks remove the
-folders) before they are ended. STOPPED_TIER=fresh (default) or reused.
+folders) before they are ended, and the next test runs. STOPPED_TIER=fresh
+(default) or reused.
 """
 
 import os
@@ -12,6 +13,8 @@ import signal
 import tempfile
 import threading
 import time
+
+import torch.distributed as dist
 
 from distspawn import run_tests
 from two_ranks import TwoRankReusedTestCase, TwoRankTestCase
@@ -41,6 +44,12 @@ class Rows:
         with tempfile.TemporaryDirectory(prefix="rank-own-"):
             os.mkdir(os.path.join(os.environ[READY_VAR], str(self.rank)))
             time.sleep(120)
+
+    def test_next(self):
+        # Runs after test_hang: reused ranks were ended with it, and new ones
+        # (a new group) run this one.
+        if dist.is_initialized():
+            dist.barrier()
 
 
 if os.environ.get("STOPPED_TIER", "fresh") == "fresh":
