@@ -7,7 +7,9 @@ each test here reads its own case from that run.
 import re
 
 import pytest
+import torch
 
+from distspawn.engine.cuda_refusal import nvidia_driver_present
 from harness import run_python, needs_gpus
 
 
@@ -140,3 +142,22 @@ def test_every_start_method_gives_the_same_verdicts(faults, start_method):
 
     assert verdicts(other) == verdicts(faults)
     assert other.leftover_pids == []
+
+
+@pytest.mark.skipif(nvidia_driver_present(), reason="checks a machine without an NVIDIA driver")
+def test_a_cuda_call_without_a_driver_says_the_test_needs_a_gpu():
+    # The test module counts GPUs at import (as upstream's common_utils does),
+    # in the process the ranks are forked from. On a CUDA build, torch then
+    # refuses the ranks' CUDA call advising 'spawn'; the failure says what is
+    # really missing. A CPU build says it itself.
+    run = run_python(["-m", "unittest", "-v", "cuda_without_a_gpu"])
+    report = run.report("test_a_cuda_call")
+    assert "2 of 2 ranks failed (ranks 0, 1)" in report, run.output
+    if torch.backends.cuda.is_built():
+        assert "Cannot re-initialize CUDA in forked subprocess" in report, run.output
+        assert report.count("distspawn: this machine has no NVIDIA driver, so no CUDA "
+                            "device, and the test needs one.") == 2, run.output
+    else:
+        assert "Torch not compiled with CUDA enabled" in report, run.output
+        assert "NVIDIA driver" not in report, run.output
+    assert run.leftover_files == [] and run.leftover_pids == [], run.output

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import forked_exit, parent_death, reduce_ops
+from . import cuda_refusal, forked_exit, parent_death, reduce_ops
 from .collective_log import start_recording, write_final_summary
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
@@ -153,7 +153,8 @@ def format_user_exception() -> str:
     for part in _chain(summary):
         kept = [f for f in part.stack if not is_harness_frame(f.filename)]
         part.stack = traceback.StackSummary.from_list(kept or list(part.stack))
-    return "".join(summary.format())
+    text = "".join(summary.format())
+    return text + cuda_refusal.note_for(text)
 
 
 def _chain(summary: traceback.TracebackException):

@@ -143,6 +143,20 @@ class ModelHelpers(FixtureBase):
         model = FSDP(torch.nn.Linear(4, 4))
         model(torch.ones(2, 4)).sum().backward()
 
+    def test_a_cuda_call_needs_an_accelerator(self):
+        # On a CUDA build without a driver, asking torch for the GPU count in
+        # the process ranks are forked from (distspawn's probe does, as
+        # upstream's common_utils does) makes torch refuse CUDA in the ranks
+        # in other words ("Cannot re-initialize CUDA in forked subprocess"):
+        # it still skips, as upstream's would.
+        torch.nn.Linear(4, 4).cuda()
+
+    def test_an_nccl_group_needs_an_accelerator(self):
+        # A CPU build has no nccl; 2.15's CUDA build refuses an nccl group
+        # without a GPU. Either way it skips.
+        group = dist.new_group(backend="nccl")
+        dist.all_reduce(torch.ones(1), group=group)
+
     def test_rank_1_fails_in_a_parity_check(self):
         if self.rank == 1:
             dist.barrier()
