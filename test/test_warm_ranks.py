@@ -206,7 +206,10 @@ def _guessed_run(tmp_path, files, *options, **env):
     # collects. Returns the run and each import: (module, process, event).
     log = tmp_path / "imports.log"
     log.touch()
-    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", *options,
+    # In file order: what the server imports, and when, follows it (pytest-randomly,
+    # where installed, would shuffle it).
+    run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                      *options,
                       *(f"guessed_imports/{name}.py" for name in files)],
                      env={"GUESS_IMPORT_LOG": str(log), **env}, timeout=240)
     imports = [tuple(line.split()[:3]) for line in log.read_text().splitlines()]
