@@ -19,9 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ElementTree
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from side_by_side import junit_cases  # noqa: E402
 SCENARIO = os.path.join(HERE, os.pardir, "test", "scenarios", "plugin_timeout.py")
 HARNESSES = ("upstream", "stand-in", "distspawn")
 # The first line of the note distspawn adds under the timeout's exception.
@@ -29,7 +31,8 @@ RANKS_NOTE = "still ran when this stopped the test process's wait for them"
 
 
 def run(harness: str, timeout: int) -> tuple[float, list[tuple[str, str]], bool]:
-    """(wall seconds, (test, verdict) for each test, whether the ranks were shown)."""
+    """(wall seconds, (test, "pass", "fail" or "skip: ...") for each test, whether
+    the ranks were shown)."""
     flags = {"upstream": ["-p", "no:distspawn"], "stand-in": ["--distspawn-stand-in"],
              "distspawn": []}[harness]
     env = {**os.environ, "PLUGIN_TIMEOUT_BASE": "distspawn" if harness == "distspawn"
@@ -38,25 +41,15 @@ def run(harness: str, timeout: int) -> tuple[float, list[tuple[str, str]], bool]
     with tempfile.TemporaryDirectory() as tmp:
         junit = os.path.join(tmp, "junit.xml")
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "-p", "no:randomly", *flags, f"--timeout={timeout}",
-                        "--timeout-method=signal", f"--junitxml={junit}", SCENARIO],
-                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=60 * timeout + 600)
+        # pytest prints the failures, the note under the timeout's exception too.
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-p", "no:randomly", *flags, f"--timeout={timeout}",
+                               "--timeout-method=signal", f"--junitxml={junit}", SCENARIO],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=60 * timeout + 600)
         wall = time.monotonic() - started
-        verdicts, shown = [], False
-        for case in ElementTree.parse(junit).iter("testcase"):
-            failure = case.find("failure")
-            if failure is None:
-                failure = case.find("error")
-            if failure is not None:
-                verdicts.append((case.get("name"), "failed"))
-                shown = shown or RANKS_NOTE in (failure.text or "")
-            elif case.find("skipped") is not None:
-                verdicts.append((case.get("name"), "skipped"))
-            else:
-                verdicts.append((case.get("name"), "passed"))
-        return wall, verdicts, shown
+        verdicts = [(test, verdict) for _, test, verdict, _ in junit_cases(Path(junit))]
+        return wall, verdicts, RANKS_NOTE in done.stdout
 
 
 def main() -> None:
@@ -79,8 +72,9 @@ def main() -> None:
                 print(f"{harness}: skipped, upstream's harness does not import here ({exc})")
                 continue
         wall, verdicts, shown = run(harness, args.timeout)
-        counts = ", ".join(f"{sum(v == kind for _, v in verdicts)} {kind}"
-                           for kind in ("passed", "failed", "skipped"))
+        counts = ", ".join(f"{sum(v.startswith(kind) for _, v in verdicts)} {words}"
+                           for kind, words in (("pass", "passed"), ("fail", "failed"),
+                                               ("skip", "skipped")))
         print(f"{harness}: {counts} in {wall:.1f} s; ranks shown in the timeout's "
               f"failure: {'yes' if shown else 'no'}")
         for name, verdict in verdicts:

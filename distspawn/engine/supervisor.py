@@ -243,7 +243,7 @@ class RankSupervisor:
         signal method raises ``Failed: Timeout`` here, and dumps only this
         process's stacks): it gets a note with each running rank's stack and,
         where the collective logs tell, the call each waits in."""
-        running = [self.outcomes[rank] for rank in sorted(self._running.values())]
+        running = [self.outcomes[rank] for rank in self._running.values()]
         try:
             found = stall.judge(self._rank_states(), time.time_ns(), 0.0, at_deadline=True)
             self._take_stacks(found, deadline=True)
