@@ -187,6 +187,44 @@ def test_reused_ranks_take_upstreams_device_type_in_the_stand_in_mode():
             torch.__version__
 
 
+def test_reused_ranks_without_a_world_size_get_upstreams_one_per_device_on_the_cpu(tmp_path):
+    # Upstream's MultiProcContinuousTest with no world_size starts one rank per
+    # device: torch.cpu.device_count() is 1. The stand-in mode keeps that (as
+    # pytorch's tensor/test_optimizers.py, whose 2-D mesh test fails on one
+    # rank); distspawn's own rule starts four on the CPU. Either way the rank
+    # server, started while pytest collects, stays up for the class: it was
+    # stopped at the end of collection as if the class started no rank.
+    from distspawn.fixtures.device_probe import accelerator_type, build_accelerator_type
+
+    if accelerator_type() is not None:
+        pytest.skip("a machine with an accelerator: one rank per device there")
+    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "count_server_starts",
+               "-k", "OneRankPerDevice", DEVICE_FILE]
+
+    def world_sizes(run, log):
+        assert run.returncode == 0, run.output
+        assert run.leftover_pids == [] and run.leftover_files == []
+        return log.read_text().split() if log.exists() else []
+
+    log = tmp_path / "switched.log"
+    run = run_python(command, env={"SWITCHED": "1", "WORLD_SIZE_LOG": str(log)}, timeout=300)
+    assert world_sizes(run, log) == ["4"], run.output
+    assert "rank server starts: 1," in run.output, run.output
+    if build_accelerator_type() is not None:
+        return  # a CUDA build without a GPU: upstream's class skips (the test above)
+    log = tmp_path / "stand_in.log"
+    run = run_python([*command, "--distspawn-stand-in"], env={"WORLD_SIZE_LOG": str(log)},
+                     timeout=300)
+    assert world_sizes(run, log) == ["1"], run.output
+    assert "rank server starts: 1," in run.output, run.output
+    skip_unless_upstream_runs(DEVICE_FILE)
+    log = tmp_path / "upstream.log"
+    run = run_python_on_upstream(["-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                  "-k", "OneRankPerDevice", DEVICE_FILE],
+                                 env={"WORLD_SIZE_LOG": str(log)}, timeout=300)
+    assert world_sizes(run, log) == ["1"], run.output
+
+
 def test_a_run_whose_rank_tests_all_skip_ends_the_server_started_on_a_guess():
     # pytest starts the rank server as it reaches a file naming a rank class,
     # before it knows whether a test will run: the file's test checks that the

@@ -4,7 +4,9 @@ SWITCHED=1 imports distspawn's names instead (a file whose imports were
 switched). On a CUDA build without a GPU, upstream's device_type() is "cuda":
 a class without a world size skips and a tensor made on that device fails;
 the stand-in mode gives the same verdicts, distspawn's own rule runs both on
-the CPU.
+the CPU. With WORLD_SIZE_LOG set, rank 0 of the class without a world size
+writes the size it got there: on the CPU upstream's one rank per device is
+one rank, distspawn's own rule four.
 """
 
 import os
@@ -24,6 +26,10 @@ class OneRankPerDevice(MultiProcContinuousTest):
         t = torch.ones(1)
         dist.all_reduce(t)
         self.assertEqual(t.item(), dist.get_world_size())
+        log = os.environ.get("WORLD_SIZE_LOG")
+        if log and self.rank == 0:  # the world size each harness chose
+            with open(log, "a") as file:
+                file.write(f"{dist.get_world_size()}\n")
 
 
 class TwoRanks(MultiProcContinuousTest):
