@@ -97,7 +97,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     """Runs every test of the class on ``world_size`` long-lived rank processes.
 
     Upstream's API: ``world_size`` (class attribute or property; unset means
-    one rank per device of ``device_type()``), ``backend_str()``, ``opts()``,
+    one rank per device of ``device_type()``, and 4 ranks on the CPU, where
+    upstream's gives 1), ``backend_str()``, ``opts()``,
     ``device_type()``, ``timeout``, ``rank``, ``rdvz_file``, ``_init_pg`` and
     ``run_rank()``. Beyond upstream:
 
