@@ -196,17 +196,7 @@ def run_files(entries: list[Entry], root: Path, harness: str, timeout: float,
             # (A TMPDIR of its own per run would be cleaner, but inductor keeps
             # caches under it, and every run would then compile from cold.)
             before = _temp_entries()
-            # A file that fails to collect (one newer than the torch installed)
-            # would otherwise stop the whole session before any test runs.
-            command = [sys.executable, "-m", "pytest", *map(str, targets.values()), "-q",
-                       "-p", "no:cacheprovider", "--continue-on-collection-errors",
-                       f"--junitxml={junit}"]
-            if workers and harness != COLLECT_ONLY:
-                command += ["-n", str(workers)]
-            if harness == "stand-in":
-                command.append("--distspawn-stand-in")
-            elif harness == COLLECT_ONLY:
-                command.append("--collect-only")
+            command = pytest_command(list(targets.values()), junit, harness, workers)
             started = time.monotonic()
             try:
                 subprocess.run(command, env=env, cwd=root, stdout=subprocess.DEVNULL,
@@ -223,6 +213,27 @@ def run_files(entries: list[Entry], root: Path, harness: str, timeout: float,
     finally:
         for copy in switched:
             copy.unlink(missing_ok=True)
+
+
+def pytest_command(files: list[Path], junit: Path, harness: str, workers: int = 0) -> list[str]:
+    """The pytest command that runs ``files`` on ``harness``, its report in ``junit``."""
+    # A file that fails to collect (one newer than the torch installed) would
+    # otherwise stop the whole session before any test runs. Every harness
+    # runs the tests in file order: pytest-randomly, where installed, would
+    # give each session an order of its own (by node id, so the switched
+    # copies' names would reorder them even under one seed), and a verdict
+    # that follows from the order (upstream's reused ranks skip the rest of a
+    # class after a failure) would then differ by run, not by harness.
+    command = [sys.executable, "-m", "pytest", *map(str, files), "-q",
+               "-p", "no:cacheprovider", "-p", "no:randomly",
+               "--continue-on-collection-errors", f"--junitxml={junit}"]
+    if workers and harness != COLLECT_ONLY:
+        command += ["-n", str(workers)]
+    if harness == "stand-in":
+        command.append("--distspawn-stand-in")
+    elif harness == COLLECT_ONLY:
+        command.append("--collect-only")
+    return command
 
 
 def _verdicts_by_file(junit: Path, targets: dict[str, Path], root: Path

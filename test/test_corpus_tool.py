@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from corpus import compare, switch_imports  # noqa: E402
+from corpus import HARNESSES, compare, pytest_command, switch_imports  # noqa: E402
 
 UPSTREAM_STYLE = '''\
 import os
@@ -135,3 +135,16 @@ def test_the_floor_run_collects_and_runs_no_test(tmp_path):
     assert run_file(entry, tmp_path / "proj", "upstream", timeout=120).verdicts == {
         "test_marks.py": {"test_marks.test_marks": "pass"}}
     assert ran.exists()
+
+
+def test_every_harness_runs_the_tests_in_file_order():
+    # pytest-randomly (where installed) would give each harness's session an
+    # order of its own, and order-dependent verdicts would differ by run.
+    files, junit = [Path("a/test_x.py"), Path("b/test_y.py")], Path("junit.xml")
+    for harness in HARNESSES:
+        for workers in (0, 2):
+            command = pytest_command(files, junit, harness, workers)
+            assert command[command.index("no:randomly") - 1] == "-p", command
+            assert command[3:5] == ["a/test_x.py", "b/test_y.py"], command
+    assert "--distspawn-stand-in" in pytest_command(files, junit, "stand-in")
+    assert "--distspawn-stand-in" not in pytest_command(files, junit, "switched")
