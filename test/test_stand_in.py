@@ -198,8 +198,8 @@ def test_reused_ranks_without_a_world_size_get_upstreams_one_per_device_on_the_c
 
     if accelerator_type() is not None:
         pytest.skip("a machine with an accelerator: one rank per device there")
-    command = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "count_server_starts",
-               "-k", "OneRankPerDevice", DEVICE_FILE]
+    plain = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "OneRankPerDevice", DEVICE_FILE]
+    command = [*plain, "-p", "count_server_starts"]
 
     def world_sizes(run, log):
         assert run.returncode == 0, run.output
@@ -219,9 +219,7 @@ def test_reused_ranks_without_a_world_size_get_upstreams_one_per_device_on_the_c
     assert "rank server starts: 1," in run.output, run.output
     skip_unless_upstream_runs(DEVICE_FILE)
     log = tmp_path / "upstream.log"
-    run = run_python_on_upstream(["-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  "-k", "OneRankPerDevice", DEVICE_FILE],
-                                 env={"WORLD_SIZE_LOG": str(log)}, timeout=300)
+    run = run_python_on_upstream(plain, env={"WORLD_SIZE_LOG": str(log)}, timeout=300)
     assert world_sizes(run, log) == ["1"], run.output
 
 
