@@ -190,6 +190,17 @@ def pytest_configure_node(node: Any) -> None:
     node.workerinput[_RUN_DIR_KEY] = run_dir
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> bool | None:
+    # pytest-timeout's thread method ends the process from its timer thread:
+    # distspawn shows where the ranks are first (the signal method's exception
+    # gets that note in the test's own thread). Nothing to show without distspawn.
+    if not _distspawn_loaded():
+        return None
+    from distspawn.integrations.pytest_timeout_thread import set_thread_timer
+    return set_thread_timer(item, settings)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     run_dir = config.stash.get(_XDIST_RUN_DIR, None)
     if run_dir is not None:  # the controller: its workers have ended by now

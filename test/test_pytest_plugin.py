@@ -442,3 +442,41 @@ def test_an_xdist_worker_starts_the_rank_server_early_only_with_a_core_to_spare(
     run = pytest_run("xdist_early_start.py", "-q", "-n", count, "-p", "no:cacheprovider")
     assert run.returncode == 0 and "2 passed" in run.output, run.output
     assert run.leftover_pids == []
+
+
+@pytest.mark.parametrize("mode", ["distspawn", "stand-in"])
+def test_pytest_timeouts_thread_method_shows_the_ranks_before_it_ends_the_process(mode):
+    # The thread method's timer prints the test process's stacks and ends it
+    # with os._exit, so the note the signal method's exception gets could never
+    # be seen: distspawn prints each running rank's stack first.
+    pytest.importorskip("pytest_timeout")
+    if mode == "stand-in":
+        skip_unless_upstream_runs("plugin_timeout.py")
+    flags = ["--distspawn-stand-in"] if mode == "stand-in" else []
+    base = "upstream" if mode == "stand-in" else "distspawn"
+    run = pytest_run("-q", "-p", "no:cacheprovider", "-p", "no:randomly", *flags,
+                     "--timeout", "20", "--timeout-method", "thread", "plugin_timeout.py",
+                     env={"PLUGIN_TIMEOUT_BASE": base})
+    assert run.returncode == 1, run.output  # the plugin's os._exit(1)
+    title = "distspawn: where this test's ranks are"
+    assert title in run.output, run.output
+    # Ours first, then the plugin's own report and stacks, as before.
+    note, plugins = run.output.split(title, 1)[1].split("+ Timeout +", 1)
+    assert "Stack of MainThread" in plugins, run.output
+    assert "distspawn: 2 of 2 ranks (ranks 0, 1) still ran" in note, run.output
+    rank0, rank1 = note.split("rank 0: ", 1)[1].split("rank 1: ", 1)
+    assert re.search(r'plugin_timeout\.py", line \d+ in test_a_hang', rank0), run.output
+    assert re.search(r'line \d+ in all_reduce', rank0), run.output
+    assert re.search(r'plugin_timeout\.py", line \d+ in test_a_hang', rank1), run.output
+    # The test process ended at once: its ranks and their files went with it.
+    assert run.leftover_pids == [] and run.leftover_files == [], run.output
+
+
+def test_without_rank_processes_pytest_timeouts_thread_method_is_its_own():
+    # A test that starts no rank: the plugin's report alone, word for word.
+    pytest.importorskip("pytest_timeout")
+    run = pytest_run("-q", "-p", "no:cacheprovider", "--timeout", "5",
+                     "--timeout-method", "thread", "plugin_timeout_in_process.py")
+    assert run.returncode == 1, run.output
+    assert "+ Timeout +" in run.output and "in test_hangs_in_the_test_process" in run.output
+    assert "distspawn: where" not in run.output, run.output

@@ -50,6 +50,20 @@ OUTPUT_TAIL_LINES = 40
 # How often the ranks' collective logs are read while a stall may be forming.
 STALL_CHECK_S = 0.5
 
+# The supervisors whose watch is under way in this process (one, but for a
+# test that starts ranks from a rank thread): a timer that ends the process
+# from another thread (pytest-timeout's thread method) asks them where their
+# ranks are before it does.
+_WATCHING: list[RankSupervisor] = []
+
+
+def where_watched_ranks_are() -> str | None:
+    """Where every rank still running under a watch of this process is, for a
+    timer on another thread about to end the process (it never returns to the
+    watch, so nothing else would show the ranks); None when no rank runs."""
+    notes = [note for supervisor in list(_WATCHING) if (note := supervisor.where_ranks_are())]
+    return "\n".join(notes) or None
+
 
 @dataclass(eq=False)
 class RankProcess:
@@ -116,6 +130,7 @@ class RankSupervisor:
         deadline = time.monotonic() + self._timeout_s
         # The same moment on the wall clock, which ranks stamp their store waits with.
         self._deadline_ns = time.time_ns() + int(self._timeout_s * 1e9)
+        _WATCHING.append(self)
         try:
             while self._running:
                 limit = deadline if self._stop_at is None else min(deadline, self._stop_at)
@@ -155,6 +170,7 @@ class RankSupervisor:
                 self._note_where_ranks_were(stopped)
             raise
         finally:
+            _WATCHING.remove(self)
             # Also reached on Ctrl-C: never leave a rank behind.
             end_processes([self._ranks[rank].process for rank in self._running.values()])
         for rank in self._ranks.values():
@@ -243,19 +259,29 @@ class RankSupervisor:
         signal method raises ``Failed: Timeout`` here, and dumps only this
         process's stacks): it gets a note with each running rank's stack and,
         where the collective logs tell, the call each waits in."""
-        running = [self.outcomes[rank] for rank in self._running.values()]
+        note = self.where_ranks_are()
+        if note:  # else the exception that stopped the test is all there is to see
+            stopped.add_note(note)
+
+    def where_ranks_are(self) -> str | None:
+        """Each running rank's stack and, where the collective logs tell, the
+        call it waits in; None when none runs or the stacks could not be taken.
+        Also asked from another thread, while :meth:`watch` still waits."""
+        # A copy: the watching thread may see a rank exit meanwhile.
+        running = [self.outcomes[rank] for rank in list(self._running.values())]
+        if not running:
+            return None
         try:
             found = stall.judge(self._rank_states(), time.time_ns(), 0.0, at_deadline=True)
             self._take_stacks(found, deadline=True)
-            note = where_ranks_were(running, len(self._ranks),
+            return where_ranks_were(running, len(self._ranks),
                                     found.headline if found is not None else None)
         except Exception:
             logger.exception("distspawn could not take the ranks' stacks")
-            return  # the exception that stopped the test is the one to see
-        stopped.add_note(note)
+            return None
 
     def _take_stacks(self, found: stall.Stall | None, deadline: bool) -> None:
-        live = [self._ranks[rank] for rank in self._running.values()]
+        live = [self._ranks[rank] for rank in list(self._running.values())]
         stacks = collect_stacks(live)
         for handle in live:
             outcome = self.outcomes[handle.rank]
