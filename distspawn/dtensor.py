@@ -33,6 +33,16 @@ from .cases.local_dtensor import (
     reduce_local_int,
 )
 from .fixtures.dtensor_converter import DTensorConverter
+# What upstream's module imports from the rest of the harness, so that test
+# files import from it too (pytorch's import skip_if_lt_x_gpu from there).
+from .cases.continuous import MultiProcContinuousTest
+from .cases.multiprocess import MultiProcessTestCase
+from .cases.threaded import MultiThreadedTestCase
+from .fake_pg import FakeStore
+from .fixtures.accelerators import ACCELERATOR_DIST_BACKENDS
+from .fixtures.environment import DEVICE_FLAGS, TEST_WITH_ROCM, device_flag
+from .fixtures.helpers import run_subtests
+from .fixtures.skips import TEST_SKIPS, skip_if_lt_x_gpu
 from .fixtures.dtensor_plans import ExpertParallel, ExpertParallelWithTP, TensorParallelForExpert
 from .fixtures.dtensor_models import (
     Attention,
@@ -55,4 +65,12 @@ __all__ = [
     "map_local_for_rank", "map_local_tensor_for_rank", "reduce_local_int", "DTensorOpTestBase", "DTensorTestBase", "DTensorTestMixin",
     "FeedForward", "MLPModule", "MLPStacked", "ModelArgs", "RMSNormPython", "TestFunc",
     "Transformer", "TransformerBlock", "skip_unless_torch_gpu", "with_comms",
+    # from the rest of the harness, as upstream's module has them
+    "ACCELERATOR_DIST_BACKENDS", "FakeStore", "MultiProcContinuousTest", "MultiProcessTestCase",
+    "MultiThreadedTestCase", "TEST_SKIPS", "TEST_WITH_ROCM", "run_subtests", "skip_if_lt_x_gpu",
+    *DEVICE_FLAGS,
 ]
+
+
+def __getattr__(name: str):
+    return device_flag(__name__, name)  # probed on first use

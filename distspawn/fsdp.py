@@ -31,6 +31,15 @@ from .cases.fsdp import (
     patch_reshard,
     patch_unshard,
 )
+# What upstream's module imports from the rest of the harness, so that test
+# files import from it too.
+from .cases.continuous import MultiProcContinuousTest
+from .cases.multiprocess import MultiProcessTestCase
+from .cases.testcase import set_rng_seed
+from .cases.threaded import MultiThreadedTestCase
+from .fixtures.environment import DEVICE_FLAGS, FILE_SCHEMA, TEST_WITH_ROCM, device_flag
+from .fixtures.helpers import run_subtests
+from .fixtures.skips import TEST_SKIPS
 from .fixtures.fsdp1_models import (
     AlwaysWrapNestedWrappedModule,
     DummyDDP,
@@ -80,4 +89,11 @@ __all__ = [
     # underscored, as upstream names them; test files import them
     "_assert_module_states", "_broadcast_state_dict", "_get_state_dict", "_maybe_wrap_fsdp",
     "_move_to_device", "_zero_model",
+    # from the rest of the harness, as upstream's module has them
+    "FILE_SCHEMA", "MultiProcContinuousTest", "MultiProcessTestCase", "MultiThreadedTestCase",
+    "TEST_SKIPS", "TEST_WITH_ROCM", "run_subtests", "set_rng_seed", *DEVICE_FLAGS,
 ]
+
+
+def __getattr__(name: str):
+    return device_flag(__name__, name)  # probed on first use

@@ -159,6 +159,12 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "patch_register_post_backward_hook_backward raises AttributeError naming it"),
     PrivateAPI("torch.distributed._composable.checkpoint", "fixtures.fsdp_models",
                "MLPStack.parallelize(use_activation_checkpointing=True) raises ImportError"),
+    PrivateAPI("torch.distributed.checkpoint._extension.StreamTransformExtension",
+               "fixtures.checkpoint_extension",
+               "distspawn.checkpoint_utils has no Rot13Example or get_test_extension_registry "
+               "(an ImportError names the missing module), as upstream's module cannot import"),
+    PrivateAPI("torch.distributed.checkpoint._extension.ExtensionRegistry",
+               "fixtures.checkpoint_extension", "as for StreamTransformExtension"),
     PrivateAPI("torch.cuda._sleep", "fixtures.fsdp_device",
                "the FSDP1 delay models hold up the host instead of the CUDA stream"),
     PrivateAPI("torch.distributed.fsdp._runtime_utils._reshard", "fixtures.fsdp1_models",
