@@ -25,13 +25,15 @@ def set_thread_timer(item: Any, settings: Any) -> bool | None:
     """Set the timer for the thread method and return True; None leaves the
     timer to pytest-timeout (the signal method, or a release of it whose
     expiry function is not the one this knows)."""
-    plugin = sys.modules.get("pytest_timeout")
-    expire = _plugins_expiry(plugin, settings)
     method = getattr(settings, "method", None)
     # The plugin falls back to the thread method off the main thread.
     if method == "signal" and threading.current_thread() is not threading.main_thread():
         method = "thread"
-    if method != "thread" or expire is None or not getattr(settings, "timeout", None):
+    if method != "thread" or not getattr(settings, "timeout", None):
+        return None  # every test of a run on the signal method: nothing more to look up
+    plugin = sys.modules.get("pytest_timeout")
+    expire = _plugins_expiry(plugin, settings)
+    if expire is None:
         return None
 
     def on_expiry() -> None:
