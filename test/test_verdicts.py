@@ -126,10 +126,22 @@ def test_special_return_code_checks_expects_that_code(faults):
     assert faults.verdict_line("test_abort_is_expected").endswith("... ok")
 
 
-@pytest.mark.parametrize("start_method", ["spawn", "fork"])
-def test_every_start_method_gives_the_same_verdicts(faults, start_method):
+# Under spawn each rank is a fresh interpreter (about 3 s of CPU here), so that
+# run takes one case of each way a rank can end (a pass, an exception, a signal,
+# an exit code, a skip, a hang, an expected abort), not all 14: the whole file
+# took 152 s of a whole-suite run on 2 cores. fork runs them all (each rank is
+# a fork of the preloaded process).
+SPAWN_CASES = ["Faults.test_pass", "Faults.test_assertion_on_rank1",
+               "Faults.test_sigsegv_on_rank1", "Faults.test_sys_exit_3_on_rank1",
+               "Faults.test_skip_on_rank1_only", "Faults.test_hang_on_rank0",
+               "ReturnCodeChecks.test_abort_is_expected"]
+
+
+@pytest.mark.parametrize("start_method, cases", [("spawn", SPAWN_CASES), ("fork", [])],
+                         ids=["spawn", "fork"])
+def test_every_start_method_gives_the_same_verdicts(faults, start_method, cases):
     # faults ran with the default (the preloaded forkserver); the others must agree.
-    other = run_python(["faults.py", "-v"], env={"DISTSPAWN_START_METHOD": start_method})
+    other = run_python(["faults.py", "-v", *cases], env={"DISTSPAWN_START_METHOD": start_method})
 
     def verdicts(run):
         # verdict_line joins a verdict that other output split from its name
@@ -140,7 +152,9 @@ def test_every_start_method_gives_the_same_verdicts(faults, start_method):
         return sorted(name + " " + run.verdict_line(name).rsplit(" ... ", 1)[1]
                       for name in names)
 
-    assert verdicts(other) == verdicts(faults)
+    found = verdicts(other)
+    assert len(found) == (len(cases) or len(verdicts(faults))), other.output
+    assert set(found) <= set(verdicts(faults))
     assert other.leftover_pids == []
 
 
