@@ -153,3 +153,34 @@ def test_two_torchrun_nodes_on_loopback():
         assert f"rank {node} of 2 ran test_all_reduce" in output  # each node, its own rank
         assert "Ran 2 tests" in output and "OK" in output
     assert processes_with_marker(marker) == []
+
+
+def upstream_lets_nccl_share_devices() -> bool:
+    """Whether the installed release's reused workers set the variable (2.15 on).
+    Read from its source, not imported: the test process keeps upstream's out."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torch.testing._internal.common_distributed")
+    return "NCCL_MULTI_RANK_GPU_ENABLE" in Path(spec.origin).read_text()
+
+
+def test_a_reused_nccl_world_larger_than_the_gpu_count_may_share_devices():
+    # On a machine with at least 2 GPUs the world fits: nothing is set, as upstream.
+    import torch
+
+    if torch.accelerator.device_count() >= 2:
+        pytest.skip("the world of 2 fits on this machine's GPUs")
+    nccl_built = torch.distributed.is_nccl_available()
+    runs = {"distspawn": run_python(["nccl_shared_device.py", "-v"])}
+    if nccl_built and upstream_lets_nccl_share_devices():
+        runs["upstream"] = run_python(["nccl_shared_device.py", "-v"],
+                                      env={"UPSTREAM_HARNESS": "1"})
+    for harness, run in runs.items():
+        nccl_verdict = run.verdict_line("test_ranks_may_share_a_device").rsplit(" ... ", 1)[1]
+        if nccl_built:
+            assert nccl_verdict == "ok", (harness, run.output)
+        else:  # a CPU build: the class skips before any rank starts, as on upstream
+            assert nccl_verdict.startswith("skipped"), (harness, run.output)
+        assert run.verdict_line("test_nothing_set_for_gloo").endswith("ok"), (harness, run.output)
+        assert run.leftover_pids == [], harness

@@ -11,12 +11,15 @@ crash stack, death with the parent).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+import torch
 
 from . import forked_exit, reduce_ops
 from .exit_codes import skip_message_for
@@ -56,6 +59,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
     cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file
     init_skip = None
     try:
+        _let_nccl_put_ranks_on_one_device(cls.backend_str(), world_size)
         cls._init_pg(rank, world_size, rdvz_file)
     except SystemExit as exc:
         init_skip = skip_message_for(exit_code_of(exc))
@@ -95,6 +99,20 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
         forked_exit.run_own()
     else:
         free_groups_before_shutdown()
+
+
+# nccl refuses two ranks on one GPU unless this is set. A reused world larger
+# than the GPU count can only run that way (a class whose _init_pg picks the
+# devices itself, wrapping round), and upstream's workers (torch 2.15 on) set
+# it in that case before _init_pg, so the same class runs on either harness.
+NCCL_SHARED_DEVICE_ENV = "NCCL_MULTI_RANK_GPU_ENABLE"
+NCCL_BACKEND_NAMES = ("nccl", "nccl2", "nccl-lazy")
+
+
+def _let_nccl_put_ranks_on_one_device(backend: str, world_size: int) -> None:
+    # The device count is asked only for nccl: a CPU run never probes CUDA here.
+    if backend in NCCL_BACKEND_NAMES and world_size > torch.accelerator.device_count():
+        os.environ[NCCL_SHARED_DEVICE_ENV] = "1"
 
 
 def _fresh_group(cls: type, rank: int, world_size: int, rdvz_file: str) -> None:
