@@ -59,7 +59,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
     cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file
     init_skip = None
     try:
-        _let_nccl_put_ranks_on_one_device(cls.backend_str(), world_size)
+        _let_nccl_put_ranks_on_one_device(cls, world_size)
         cls._init_pg(rank, world_size, rdvz_file)
     except SystemExit as exc:
         init_skip = skip_message_for(exit_code_of(exc))
@@ -109,8 +109,10 @@ NCCL_SHARED_DEVICE_ENV = "NCCL_MULTI_RANK_GPU_ENABLE"
 NCCL_BACKEND_NAMES = ("nccl", "nccl2", "nccl-lazy")
 
 
-def _let_nccl_put_ranks_on_one_device(backend: str, world_size: int) -> None:
-    # The device count is asked only for nccl: a CPU run never probes CUDA here.
+def _let_nccl_put_ranks_on_one_device(cls: Any, world_size: int) -> None:
+    # A class may come without backend_str (a project's own reused base); the
+    # device count is asked only for nccl, so a CPU run never probes CUDA here.
+    backend = cls.backend_str() if hasattr(cls, "backend_str") else None
     if backend in NCCL_BACKEND_NAMES and world_size > torch.accelerator.device_count():
         os.environ[NCCL_SHARED_DEVICE_ENV] = "1"
 
