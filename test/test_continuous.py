@@ -113,7 +113,7 @@ def test_run_rank_under_torchrun():
     assert result.leftover_pids == []
 
 
-def test_two_torchrun_nodes_on_loopback():
+def test_two_torchrun_nodes_on_loopback(tmp_path):
     """Two torchrun agents on this machine act as two nodes (static rendezvous)."""
     import os
     import signal
@@ -127,7 +127,9 @@ def test_two_torchrun_nodes_on_loopback():
     port = str(find_free_port())
     # Unique: a second suite may run this test at once on the same machine.
     marker = f"two-nodes-{uuid.uuid4().hex}"
-    env = {**os.environ, MARKER_VAR: marker}
+    # torchrun's agents leave their torchelastic_* folders (seen on 2.15): in
+    # the test's own folder, not the machine's temp folder.
+    env = {**os.environ, MARKER_VAR: marker, "TMPDIR": str(tmp_path)}
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
          "1", "--node-rank", str(node), "--master-addr", "127.0.0.1", "--master-port", port,
