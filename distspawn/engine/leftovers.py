@@ -68,9 +68,16 @@ def remove_if_killed(path: str) -> None:
             pass
 
 
+_inherited_watchers: list[subprocess.Popen] = []
+
+
 def _running_watcher() -> subprocess.Popen | None:
     global _watcher, _watcher_pid
     if _watcher_pid != os.getpid():  # not started, or started by the process this was forked from
+        if _watcher is not None:
+            # The parent's: kept, so this process never finalises it (its
+            # process is the parent's to wait for; dropped, it warns).
+            _inherited_watchers.append(_watcher)
         _watcher, _watcher_pid = None, os.getpid()
         if not sys.executable:  # an embedded interpreter: no way to start one
             return None

@@ -73,6 +73,10 @@ class _Server:
         self.answered = threading.Event()
         self.reports = channel is not None  # no protocol (not Linux): nothing to check
         self.fits: dict[str, str] | None = None  # the last environment found to fit it
+        # A process forked from this one (pytest-forked forks one per test)
+        # inherits this object, but not the threads that talk to the server,
+        # which answers this process alone: it must not wait on it.
+        self.owner = os.getpid()
         if not self.reports:
             self.answered.set()
         atexit.register(self.remove_environ_file)
@@ -132,6 +136,8 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
     each multi-process test class it collects, and without once collection is
     over, with the modules of the tests it kept.
     """
+    if _inherited():
+        return  # ranks_may_fork says why these ranks start afresh
     for name in modules:
         if name != "__main__" and name in sys.modules and name not in _wanted:
             _wanted.append(name)
@@ -175,6 +181,11 @@ def adopt_rank_server(channel: distspawn_rank_server.ModuleListChannel,
     _server = _Server(channel, environ_path)
 
 
+def _inherited() -> bool:
+    """Whether this process was forked from the one whose server ``_server`` is."""
+    return _server is not None and _server.owner != os.getpid()
+
+
 def rank_server_started() -> bool:
     """Whether this process started its server."""
     return _server is not None
@@ -187,7 +198,7 @@ def stop_rank_server() -> None:
     to start ranks: it would otherwise import torch for nobody.
     """
     global _server
-    if _server is None or _live_forked_ranks():
+    if _server is None or _inherited() or _live_forked_ranks():
         return
     if distspawn_rank_server.stop_server():
         if _server.channel is not None:  # the module list was never sent
@@ -330,6 +341,10 @@ def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> b
     once (or, where ranks of another module's test still run from the server,
     these start afresh, as each rank imports its own module alone).
     """
+    if _spawn_instead is None and _inherited():
+        _fall_back_to_spawn("this process was forked from the one that started the rank "
+                            "server (pytest-forked forks one for each test), and that server "
+                            "serves its parent alone")
     for _ in range(len(_wanted) + 3):  # a restart leaves a module out, or takes the environment
         if _spawn_instead is not None:
             return False
