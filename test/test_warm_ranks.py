@@ -355,17 +355,17 @@ def test_a_module_the_server_refused_is_not_tried_again_when_its_tests_come_back
     assert server_imports(test_a, "guessed_imports/ranks_b.py", test_b) == alone
 
 
-@pytest.mark.parametrize("runner", [["-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                     "-p", "no:randomly", "-s"],
-                                    ["-m", "unittest", "-v"]], ids=["pytest", "unittest"])
-def test_a_test_process_forked_from_the_one_with_the_server_starts_its_own_ranks(runner):
+@pytest.mark.parametrize("command", [["-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                      "-p", "no:randomly", "-s", "forked_test_process.py"],
+                                     ["-m", "unittest", "-v", "forked_test_process"]],
+                         ids=["pytest", "unittest"])
+def test_a_test_process_forked_from_the_one_with_the_server_starts_its_own_ranks(command):
     # pytest-forked forks the test process for each test. Before, the child
     # used the parent's server: under pytest it waited for the server's report
     # on a thread the fork did not copy (a run with --forked hung), and
     # otherwise multiprocessing raised ChildProcessError asking after a
     # process that is not the child's.
-    run = run_python(runner + ["forked_test_process.py" if runner[1] == "pytest"
-                               else "forked_test_process"], timeout=240)
+    run = run_python(command, timeout=240)
     assert run.returncode == 0, run.output
     assert run.output.count("child: test_all_reduce (forked_test_process.SumOnTwoRanks"
                             ".test_all_reduce) ... ok") == 2, run.output

@@ -12,6 +12,7 @@ ended within CHILD_LIMIT_S; the child's output is in the parent's, after
 
 import io
 import os
+import select
 import signal
 import time
 import unittest
@@ -60,19 +61,24 @@ class ForkedTestProcess(unittest.TestCase):
             os.write(write_end, report.getvalue().encode())
             os._exit(0 if outcome.wasSuccessful() else 1)  # as pytest-forked's child ends
         os.close(write_end)
+        # The pipe ends when the child does (its ranks, started afresh, do not
+        # inherit it): its end is the event waited on, with the limit.
+        report = b""
         deadline = time.monotonic() + CHILD_LIMIT_S
-        while True:
-            done, status = os.waitpid(child, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(child, signal.SIGKILL)
-                os.waitpid(child, 0)
-                self.fail(f"the forked child did not end within {CHILD_LIMIT_S} s")
-            time.sleep(0.2)  # polling a child's exit: no event to wait on with a limit
-        with os.fdopen(read_end) as pipe:
-            print("child:", pipe.read())
+        with os.fdopen(read_end, "rb") as pipe:
+            while chunk := self._read_before(pipe, deadline, child):
+                report += chunk
+        _, status = os.waitpid(child, 0)
+        print("child:", report.decode())
         self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+
+    def _read_before(self, pipe, deadline, child):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([pipe], [], [], left)[0]:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+            self.fail(f"the forked child did not end within {CHILD_LIMIT_S} s")
+        return os.read(pipe.fileno(), 65536)
 
 
 if __name__ == "__main__":
