@@ -185,6 +185,27 @@ def test_threaded_verdicts_that_differ_from_upstreams_on_purpose(harness, failin
     assert run.leftover_pids == []
 
 
+@pytest.mark.parametrize("harness, verdict", [
+    # Rank processes never started (setUp never called _spawn_processes):
+    # upstream's harness passes without running the body; distspawn fails,
+    # saying how to start them; run unchanged, a file gets upstream's pass.
+    ("distspawn", "ERROR"), ("upstream", "ok"), ("stand-in", "ok")])
+def test_rank_processes_never_started(harness, verdict):
+    run = run_scenario_as(harness, "never_started_ranks.py")
+    assert "Ran 2 tests" in run.output, run.output
+    for test in ("test_guarded_by_a_gpu_count", "test_body_that_would_fail"):
+        assert run.verdict_line(test).endswith(verdict), run.output
+        name = f"NeverStartsProcesses.{test}"
+        if harness == "distspawn":
+            assert (f"{name} started no rank processes: call self._spawn_processes() in "
+                    "setUp") in run.output
+        if harness == "stand-in":
+            assert (f"{name} passed without running its body: no rank processes were "
+                    "started") in run.output
+    assert "the body ran" not in run.output
+    assert run.leftover_pids == []
+
+
 EMPTY_WORLD_TESTS = {"RankProcesses": "test_on_rank_processes", "FSDPOnGPUs": "test_fsdp_on_gpus",
                      "DTensorOnGPUs": "test_dtensor_on_gpus", "RankThreads": "test_on_rank_threads",
                      "ReusedRanks": "test_on_reused_ranks"}

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import unittest
+import warnings
 from typing import Any, Callable
 
 import torch.distributed as c10d
@@ -75,6 +76,12 @@ def _send_quietly(pipe, message: Any) -> None:
         pipe.send(message)
     except (OSError, ValueError):
         pass  # the parent is gone: nobody left to tell
+
+
+_NO_PROCESSES_PASS = ("{test} passed without running its body: no rank processes were "
+                      "started (its setUp never called self._spawn_processes()). "
+                      "Upstream's harness passes such a test, so the stand-in mode does "
+                      "too; with distspawn's imports it fails.")
 
 
 class MultiProcessTestCase(RankDispatchingTestCase):
@@ -315,9 +322,16 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         if not self._rank_processes:
             if self._ranks_to_start() == 0:
                 return  # (the stand-in mode's pass, warned of at the start)
+            test = f"{type(self).__name__}.{self._current_test_name()}"
+            if type(self).upstream_verdicts:
+                # Upstream's harness passes such a test without running its body
+                # (it only logs that no subprocess was spawned); run unchanged, a
+                # file gets that verdict, and the user a warning that says so.
+                warnings.warn(_NO_PROCESSES_PASS.format(test=test), UserWarning, stacklevel=2)
+                return
             raise RuntimeError(
-                f"{type(self).__name__}.{self._current_test_name()} started no rank "
-                "processes: call self._spawn_processes() in setUp, after super().setUp()"
+                f"{test} started no rank processes: call self._spawn_processes() in setUp, "
+                "after super().setUp()"
             )
         timeout = get_timeout(self.id())
         # (A class that starts its ranks its own way may not have said when.)
