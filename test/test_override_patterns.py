@@ -206,6 +206,34 @@ def test_rank_processes_never_started(harness, verdict):
     assert run.leftover_pids == []
 
 
+@pytest.mark.parametrize("harness", ["distspawn", "upstream", "stand-in"])
+def test_dynamos_bases_without_an_accelerator(harness):
+    from distspawn.fixtures.device_probe import accelerator_type
+
+    if accelerator_type() is not None:
+        pytest.skip("this machine has an accelerator: every harness runs both classes")
+    run = run_scenario_as(harness, "dynamo_bases.py")
+    single_failed = re.search(r"^ERROR: setUpClass \(\S*SingleProc\)", run.output, re.M)
+    if harness == "distspawn":
+        # The CPU with gloo for the one-process class; no ranks for the other: a skip.
+        assert run.verdict_line("test_world_of_one").endswith("ok"), run.output
+        assert not single_failed, run.output
+        for test in ("test_on_two_gpus", "test_on_every_accelerator"):
+            assert ("MultiProc runs one rank per accelerator and torch.accelerator found "
+                    "none") in run.verdict_line(test), run.output
+    else:
+        # Upstream's verdicts: setUpClass fails; a world of 0 passes unrun.
+        assert single_failed, run.output
+        for test in ("test_on_two_gpus", "test_on_every_accelerator"):
+            assert run.verdict_line(test).endswith("ok"), run.output
+    if harness == "stand-in":
+        assert ("SingleProc needs an accelerator: upstream's DynamoDistributedSingleProcTestCase "
+                "fails in setUpClass without one") in run.output
+        assert "MultiProc.world_size is 0: no rank was started" in run.output
+    assert "the body ran" not in run.output
+    assert run.leftover_pids == []
+
+
 EMPTY_WORLD_TESTS = {"RankProcesses": "test_on_rank_processes", "FSDPOnGPUs": "test_fsdp_on_gpus",
                      "DTensorOnGPUs": "test_dtensor_on_gpus", "RankThreads": "test_on_rank_threads",
                      "ReusedRanks": "test_on_reused_ranks"}

@@ -126,9 +126,21 @@ class DynamoDistributedSingleProcTestCase(TestCase):
     Uses the accelerator when there is one, else the CPU with gloo.
     """
 
+    # Set by the stand-in mode: without an accelerator, fail as upstream's does.
+    upstream_verdicts: bool = False
+
     @classmethod
     def setUpClass(cls) -> None:
         super().setUpClass()
+        if cls.upstream_verdicts and accelerator_type() is None:
+            # Upstream's class asks torch.accelerator for its device and fails
+            # in setUpClass without one (nccl on torch 2.8); run unchanged, a
+            # file gets that verdict for each of the class's tests.
+            raise RuntimeError(
+                f"{cls.__name__} needs an accelerator: upstream's "
+                "DynamoDistributedSingleProcTestCase fails in setUpClass without one, so "
+                "the stand-in mode does too; with distspawn's imports it runs on the CPU "
+                "with gloo")
         cls._saved_env = {key: os.environ.get(key) for key in ("MASTER_ADDR", "MASTER_PORT")}
         os.environ["MASTER_ADDR"] = "localhost"
         os.environ["MASTER_PORT"] = str(find_free_port())
@@ -166,7 +178,9 @@ class DynamoDistributedMultiProcTestCase(DistributedTestBase):
         return accelerator_device_count()
 
     def setUp(self) -> None:
-        if self.world_size < 1:
+        # (The stand-in mode's world of 0 passes each test without running it,
+        # as upstream's harness does, with a warning: ranks_to_start.)
+        if self.world_size < 1 and not type(self).upstream_verdicts:
             raise unittest.SkipTest(
                 f"{type(self).__name__} runs one rank per accelerator and "
                 "torch.accelerator found none")

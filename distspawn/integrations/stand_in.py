@@ -190,13 +190,16 @@ def _give_upstreams_verdicts() -> None:
     # a failing one raises a plain RuntimeError, as upstream's harness does.
     # Reused ranks take upstream's device type: on a CUDA build without a GPU,
     # "cuda" (a class without a world size then skips, as upstream's does).
+    # Dynamo's one-process class fails without an accelerator, as upstream's does.
     from ..cases.continuous import MultiProcContinuousTest
+    from ..cases.distributed_base import DynamoDistributedSingleProcTestCase
     from ..cases.multiprocess import MultiProcessTestCase
     from ..cases.threaded import MultiThreadedTestCase
 
     MultiThreadedTestCase.upstream_verdicts = True
     MultiProcContinuousTest.upstream_verdicts = True
     MultiProcessTestCase.upstream_verdicts = True
+    DynamoDistributedSingleProcTestCase.upstream_verdicts = True
 
 
 def _derive_from_upstreams_testcase() -> None:
