@@ -234,6 +234,18 @@ def test_dynamos_bases_without_an_accelerator(harness):
     assert run.leftover_pids == []
 
 
+@pytest.mark.parametrize("harness", ["distspawn", "upstream", "stand-in"])
+def test_per_device_classes_on_rank_threads(harness):
+    # instantiate_device_type_tests keeps a class's precision in a thread-local:
+    # each rank thread gets its own (pytorch's DTensor op tests need it).
+    run = run_scenario_as(harness, "device_type_threads.py")
+    assert "Ran 3 tests" in run.output, run.output
+    for test in ("test_all_reduce_cpu", "test_precision_override_cpu_float32",
+                 "test_rank_sees_its_world_cpu"):
+        assert run.verdict_line(test).endswith("ok"), run.output
+    assert run.leftover_pids == []
+
+
 EMPTY_WORLD_TESTS = {"RankProcesses": "test_on_rank_processes", "FSDPOnGPUs": "test_fsdp_on_gpus",
                      "DTensorOnGPUs": "test_dtensor_on_gpus", "RankThreads": "test_on_rank_threads",
                      "ReusedRanks": "test_on_reused_ranks"}

@@ -430,6 +430,13 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
     def _run(cls, test_name: str, rank: int, world_size: int, **kwargs: Any) -> None:
         self = cls(test_name)
         self.rank = rank
+        if isinstance(getattr(self, "_tls", None), threading.local):
+            # A class made by instantiate_device_type_tests keeps its precision
+            # in a thread-local set in the thread that made the class: give
+            # this rank's thread its own, at the defaults, as upstream's does.
+            self._tls = threading.local()
+            self._tls.precision = getattr(self, "_precision", 0)
+            self._tls.rel_tol = getattr(self, "_rel_tol", 0)
         self.run_test_with_threaded_pg(test_name, rank, world_size)
 
     def run_test_with_threaded_pg(self, test_name: str, rank: int, world_size: int) -> None:
