@@ -143,6 +143,65 @@ def test_a_name_a_file_imports_from_upstreams_module_is_in_ours(upstream, ours):
     assert missing == [], f"{ours} lacks what upstream's {upstream} has"
 
 
+def upstreams_callables(source: str):
+    """(qualified name, parameter names, positional names) of each public
+    function a module defines and each public method of its public classes."""
+    def described(qualname, node):
+        args = node.args
+        positional = [a.arg for a in args.posonlyargs + args.args]
+        return qualname, positional + [a.arg for a in args.kwonlyargs], positional
+
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            yield described(node.name, node)
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            for item in node.body:
+                decorators = {getattr(d, "id", getattr(d, "attr", None)) for d in item.decorator_list} \
+                    if isinstance(item, ast.FunctionDef) else set()
+                if (isinstance(item, ast.FunctionDef) and not item.name.startswith("_")
+                        and not decorators & {"property", "setter"}):
+                    yield described(f"{node.name}.{item.name}", item)
+
+
+@pytest.mark.parametrize("upstream, ours", sorted(SWITCHED_MODULES.items()))
+def test_what_a_file_calls_takes_upstreams_arguments(upstream, ours):
+    # A call written for upstream's harness, by position or by keyword, must bind
+    # the same way to distspawn's: each of upstream's parameters is there, under
+    # its name, and the positional ones in upstream's order (ours may add more).
+    import importlib
+    import inspect
+
+    path = UPSTREAM.parent / upstream
+    if not path.exists():
+        pytest.skip(f"this torch ships no {upstream}")
+    module = importlib.import_module(ours)
+    wrong = []
+    for qualname, names, positional in upstreams_callables(path.read_text()):
+        owner_name, _, method = qualname.rpartition(".")
+        owner = getattr(module, owner_name or qualname, None)
+        if owner is None or qualname.split(".")[0] in LEFT_OUT:
+            continue  # (a name ours lacks is the other test's to report)
+        target = inspect.getattr_static(owner, method, None) if owner_name else owner
+        if target is None:
+            wrong.append(f"{qualname}: missing")
+            continue
+        target = getattr(target, "__func__", target)
+        if not callable(target):
+            continue
+        try:
+            theirs_in_ours = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            continue
+        ours_positional = [n for n, p in theirs_in_ours.items() if p.kind in (
+            p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in theirs_in_ours.values())
+        lacking = [n for n in names if n not in theirs_in_ours and not takes_any]
+        if lacking or ours_positional[:len(positional)] != positional:
+            wrong.append(f"{qualname}: upstream's ({', '.join(names)}), "
+                         f"ours ({', '.join(theirs_in_ours)})")
+    assert wrong == [], f"{ours} differs from upstream's {upstream}"
+
+
 def test_the_example_stream_extension_round_trips_a_checkpoint(tmp_path):
     # pytorch's checkpoint tests save through Rot13Example and load through
     # get_test_extension_registry(): the files hold the transformed bytes.

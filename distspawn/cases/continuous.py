@@ -34,7 +34,8 @@ import torch.multiprocessing as mp
 
 from ..engine import launch, leftovers, stall
 from ..engine.reused_worker import Task, worker_loop
-from ..fixtures.device_probe import accelerator_type, backend_for_device, build_accelerator_type
+from ..fixtures.device_probe import (accelerator_type, backend_for_device,
+                                     build_accelerator_type, devices_by_rank)
 from .dist_backend import backend_is_available
 from ..fixtures.environment import DEFAULT_WORLD_SIZE, IS_SANDCASTLE, get_timeout
 from ..engine.capacity import check_rank_capacity, validate_world_size
@@ -410,6 +411,10 @@ class C10dTorchCommsTestBase(MultiProcContinuousTest):
         flag = getattr(accelerators, f"TORCHCOMM_HAS_{name.upper()}", None)
         if flag is not None and not flag:
             self.skipTest(f"torchcomms {name} backend is not available")
+
+    def rank_to_device(self, device: Any) -> dict[int, list[int]]:
+        """Rank -> [device index], wrapping round the visible devices."""
+        return devices_by_rank(device, self.world_size)
 
     @classmethod
     def _init_pg(cls, rank: int, world_size: int, rdvz_file: str | None) -> None:

@@ -20,6 +20,7 @@ from ..fixtures.device_probe import (
     accelerator_device_count,
     accelerator_type,
     backend_for_device,
+    devices_by_rank,
 )
 from ..fixtures.environment import restore_environ
 from ..fixtures.helpers import reset_dynamo
@@ -60,14 +61,15 @@ class DistributedTestBase(MultiProcessTestCase):
     def backend(self, device: Any) -> str:
         return _backend_for(device)
 
-    def create_pg(self, device: Any, world_size: int | None = None) -> Any:
-        """Initialise the default group for ``device`` on this test's file store."""
+    def create_pg(self, device: Any, world_size: int | None = None,
+                  backend: str | None = None) -> Any:
+        """Initialise the default group for ``device`` (on ``backend``, else the
+        device's own) on this test's file store."""
         world_size = self.world_size if world_size is None else world_size
-        backend = self.backend(device)
-        store = c10d.FileStore(self.file_name, world_size)
-        c10d.init_process_group(backend=backend, world_size=world_size, rank=self.rank,
-                                store=store)
-        if backend in ("nccl", "xccl"):
+        backend = backend or self.backend(device)
+        if "nccl" in backend or "xccl" in backend:
+            # The rank's device is chosen before the group starts, so that the
+            # backend's first communicator is made on it (as torch 2.15's does).
             device_type = accelerator_type()
             if device_type is None:
                 raise RuntimeError(
@@ -76,12 +78,14 @@ class DistributedTestBase(MultiProcessTestCase):
             rank_device = torch.device(f"{device_type}:{self.rank}")
             torch.set_default_device(rank_device)
             torch.get_device_module(device_type).set_device(rank_device)
+        store = c10d.FileStore(self.file_name, world_size)
+        c10d.init_process_group(backend=backend, world_size=world_size, rank=self.rank,
+                                store=store)
         return c10d.group.WORLD
 
     def rank_to_device(self, device: Any) -> dict[int, list[int]]:
         """Rank -> [device index], wrapping round the visible devices."""
-        visible = torch.get_device_module(device).device_count()
-        return {rank: [rank % visible] for rank in range(self.world_size)}
+        return devices_by_rank(device, self.world_size)
 
 
 def _rendezvous_port() -> str:
