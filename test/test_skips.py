@@ -113,6 +113,35 @@ def test_small_and_odd_worldsize_read_the_environment(monkeypatch):
         distspawn.skip_if_odd_worldsize(lambda: None)()
 
 
+def test_small_and_odd_worldsize_fail_as_upstreams_where_the_environment_lacks_them(monkeypatch):
+    class Ours:
+        world_size = 2
+
+    class RunUnchanged(Ours):  # the stand-in mode's classes give upstream's verdicts
+        upstream_verdicts = True
+
+    def outcome(decorator, test):
+        try:
+            decorator(lambda self: None)(test)
+        except unittest.SkipTest:
+            return "skip"
+        except KeyError as missing:
+            return f"KeyError {missing}"
+        return "ran"
+
+    small, odd = distspawn.skip_if_small_worldsize, distspawn.skip_if_odd_worldsize
+    monkeypatch.delenv("BACKEND", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert [outcome(small, RunUnchanged()), outcome(odd, RunUnchanged())] == [
+        "KeyError 'BACKEND'"] * 2
+    # distspawn's own read the class's world size: 2 is small, and even.
+    assert [outcome(small, Ours()), outcome(odd, Ours())] == ["skip", "ran"]
+    monkeypatch.setenv("BACKEND", "gloo")
+    assert outcome(odd, RunUnchanged()) == "KeyError 'WORLD_SIZE'"
+    monkeypatch.setenv("BACKEND", "mpi")  # upstream reads no WORLD_SIZE for MPI
+    assert outcome(odd, RunUnchanged()) == "ran"
+
+
 def test_requires_decorators_skip_missing_backends():
     nccl = distspawn.requires_nccl()(lambda: None)
     assert getattr(nccl, "__unittest_skip__", False) is not distspawn.fixtures.skips.c10d.is_nccl_available()
