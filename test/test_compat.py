@@ -156,10 +156,11 @@ def upstreams_callables(source: str):
             yield described(node.name, node)
         elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
             for item in node.body:
-                decorators = {getattr(d, "id", getattr(d, "attr", None)) for d in item.decorator_list} \
-                    if isinstance(item, ast.FunctionDef) else set()
-                if (isinstance(item, ast.FunctionDef) and not item.name.startswith("_")
-                        and not decorators & {"property", "setter"}):
+                if not isinstance(item, ast.FunctionDef) or item.name.startswith("_"):
+                    continue
+                decorators = {getattr(d, "id", getattr(d, "attr", None))
+                              for d in item.decorator_list}
+                if not decorators & {"property", "setter"}:
                     yield described(f"{node.name}.{item.name}", item)
 
 
@@ -189,16 +190,16 @@ def test_what_a_file_calls_takes_upstreams_arguments(upstream, ours):
         if not callable(target):
             continue
         try:
-            theirs_in_ours = inspect.signature(target).parameters
+            params = inspect.signature(target).parameters
         except (TypeError, ValueError):
             continue
-        ours_positional = [n for n, p in theirs_in_ours.items() if p.kind in (
+        ours_positional = [n for n, p in params.items() if p.kind in (
             p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in theirs_in_ours.values())
-        lacking = [n for n in names if n not in theirs_in_ours and not takes_any]
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        lacking = [n for n in names if n not in params and not takes_any]
         if lacking or ours_positional[:len(positional)] != positional:
             wrong.append(f"{qualname}: upstream's ({', '.join(names)}), "
-                         f"ours ({', '.join(theirs_in_ours)})")
+                         f"ours ({', '.join(params)})")
     assert wrong == [], f"{ours} differs from upstream's {upstream}"
 
 

@@ -19,7 +19,6 @@ import tempfile
 import threading
 import time
 import unittest
-import warnings
 from typing import Any, Callable
 
 import torch.distributed as c10d
@@ -29,7 +28,7 @@ from multiprocessing.connection import wait
 from ..engine import collective_log, launch, leftovers, stall, worker
 from .class_ref import class_ref
 from ..engine.capacity import MAX_RANKS_VAR, check_rank_capacity
-from .empty_world import ranks_to_start
+from .empty_world import ranks_to_start, warn_passed_unrun
 from ..engine.group_keeper import keep_destroyed_groups, release_kept_groups
 from ..engine.rank_threads import rank_environment, threads_per_rank
 from ..fixtures.environment import (
@@ -76,12 +75,6 @@ def _send_quietly(pipe, message: Any) -> None:
         pipe.send(message)
     except (OSError, ValueError):
         pass  # the parent is gone: nobody left to tell
-
-
-_NO_PROCESSES_PASS = ("{test} passed without running its body: no rank processes were "
-                      "started (its setUp never called self._spawn_processes()). "
-                      "Upstream's harness passes such a test, so the stand-in mode does "
-                      "too; with distspawn's imports it fails.")
 
 
 class MultiProcessTestCase(RankDispatchingTestCase):
@@ -327,7 +320,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
                 # Upstream's harness passes such a test without running its body
                 # (it only logs that no subprocess was spawned); run unchanged, a
                 # file gets that verdict, and the user a warning that says so.
-                warnings.warn(_NO_PROCESSES_PASS.format(test=test), UserWarning, stacklevel=2)
+                warn_passed_unrun(test, "rank processes", "_spawn_processes")
                 return
             raise RuntimeError(
                 f"{test} started no rank processes: call self._spawn_processes() in setUp, "

@@ -18,7 +18,6 @@ import threading
 import time
 import traceback
 import unittest
-import warnings
 from dataclasses import dataclass, field
 from functools import partial, wraps
 from typing import Any, Callable
@@ -36,7 +35,7 @@ from ..fixtures.environment import (
 )
 from ..engine.capacity import check_rank_capacity
 from ..engine.capacity import validate_world_size
-from .empty_world import ranks_to_start
+from .empty_world import ranks_to_start, warn_passed_unrun
 from ..engine.protocol import RankReport, ReportStatus
 from ..engine.exit_codes import skip_message_for
 from .testcase import RankDispatchingTestCase
@@ -339,10 +338,6 @@ def _format(exc_info) -> str:
 
 _NO_THREADS = ("no threaded world is running: call self._spawn_threads() in setUp, "
                "after super().setUp()")
-_NO_THREADS_PASS = ("{test} passed without running its body: no rank threads were started "
-                    "(its setUp never called self._spawn_threads()). Upstream's harness "
-                    "passes such a test, so the stand-in mode does too; with distspawn's "
-                    "imports it fails.")
 
 
 class MultiThreadedTestCase(RankDispatchingTestCase):
@@ -459,8 +454,8 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         if session is None:
             if cls.upstream_verdicts:
                 # Upstream's harness passes such a test without running its body.
-                warnings.warn(_NO_THREADS_PASS.format(test=getattr(fn, "__qualname__", fn)),
-                              UserWarning, stacklevel=2)
+                warn_passed_unrun(getattr(fn, "__qualname__", fn), "rank threads",
+                                  "_spawn_threads")
                 return
             raise RuntimeError(_NO_THREADS)
         try:
