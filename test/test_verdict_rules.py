@@ -4,6 +4,7 @@ from distspawn.engine.protocol import RankReport, ReportStatus
 from distspawn.engine.verdict import (
     RankOutcome,
     ReturnCodePolicy,
+    SkipRule,
     VerdictKind,
     decide_verdict,
     is_decisive,
@@ -61,13 +62,22 @@ def test_different_skip_reasons_are_all_given():
     assert verdict.message == "rank 0: a; rank 1: b"
 
 
-def test_partial_skip_fails_by_default_but_lenient_follows_rank0():
+def test_partial_skip_fails_by_default_but_upstreams_rules_follow_rank0_or_any_rank():
     outcomes = [outcome(0, PASSED), outcome(1, ReportStatus.SKIPPED, 86, reason="r")]
     assert decide_verdict(outcomes, STRICT).kind is VerdictKind.FAIL
-    assert decide_verdict(outcomes, ReturnCodePolicy(lenient_skips=True)).kind is VerdictKind.PASS
+    rank_zero = ReturnCodePolicy(skip_rule=SkipRule.RANK_ZERO)
+    any_rank = ReturnCodePolicy(skip_rule=SkipRule.ANY_RANK)
+    assert decide_verdict(outcomes, rank_zero).kind is VerdictKind.PASS
+    assert (decide_verdict(outcomes, any_rank).kind,
+            decide_verdict(outcomes, any_rank).message) == (VerdictKind.SKIP, "r")
     flipped = [outcome(0, ReportStatus.SKIPPED, 86, reason="r"), outcome(1, PASSED)]
-    lenient = decide_verdict(flipped, ReturnCodePolicy(lenient_skips=True))
-    assert (lenient.kind, lenient.message) == (VerdictKind.SKIP, "r")
+    for policy in (rank_zero, any_rank):
+        lenient = decide_verdict(flipped, policy)
+        assert (lenient.kind, lenient.message) == (VerdictKind.SKIP, "r")
+    # A failing rank still fails the test, whichever rank skipped.
+    failed = [outcome(0, ReportStatus.SKIPPED, 86, reason="r"),
+              outcome(1, ReportStatus.FAILED, 10, traceback="Traceback\nE: x")]
+    assert decide_verdict(failed, any_rank).kind is VerdictKind.FAIL
 
 
 def test_a_reported_failure_counts_even_if_the_rank_was_ended_while_exiting():

@@ -54,6 +54,7 @@ from ..engine.verdict import (
     RankFailure,
     RankOutcome,
     ReturnCodePolicy,
+    SkipRule,
     VerdictKind,
     decide_verdict,
     is_decisive,
@@ -107,7 +108,9 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     * ``fresh_process_group_per_test = True`` gives each test its own group;
     * after each test a worker reports what the test left behind (threads,
       a replaced or leftover process group, CUDA memory) as a failure of it;
-    * ``lenient_skips`` as on :class:`~distspawn.MultiProcessTestCase`.
+    * ``lenient_skips``: when True, use upstream's rule for ranks that disagree
+      about skipping (the lowest rank that did not pass decides, so one rank's
+      skip skips the test); by default that is a failure.
     """
 
     MAIN_PROCESS_RANK = -1
@@ -330,6 +333,13 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
             pass
         shutil.rmtree(pool.work_dir, ignore_errors=True)
 
+    @classmethod
+    def _skip_rule(cls) -> SkipRule:
+        # Upstream's harness takes the first rank, in rank order, that did not pass.
+        if cls.lenient_skips or cls.upstream_verdicts:
+            return SkipRule.ANY_RANK
+        return SkipRule.AGREE
+
     def _join_ranks(self, fn: Callable) -> None:
         cls = type(self)
         pool = cls._pool() or cls._start_pool()
@@ -354,7 +364,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                     os.remove(fresh_file)
                 except OSError:
                     pass
-        policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
+        policy = ReturnCodePolicy(skip_rule=cls._skip_rule(), skips_pass=IS_SANDCASTLE)
         verdict = decide_verdict(outcomes, policy, worker_words)
         if verdict.kind is VerdictKind.FAIL or any(o.exit_code is None for o in outcomes):
             # Whatever state the failure left in the workers, the next test starts clean.
@@ -379,7 +389,7 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
                 worker.conn.send(task)
             except (OSError, BrokenPipeError):
                 pass  # it died: its sentinel says how
-        policy = ReturnCodePolicy(lenient_skips=type(self).lenient_skips)
+        policy = ReturnCodePolicy(skip_rule=type(self)._skip_rule())
         supervisor = RankSupervisor(ranks, get_timeout(task.test_id),
                                     lambda outcome: is_decisive(outcome, policy),
                                     test_id=task.test_id,

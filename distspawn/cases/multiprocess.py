@@ -44,6 +44,7 @@ from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
 from ..engine.verdict import (
     RankFailure,
     ReturnCodePolicy,
+    SkipRule,
     VerdictKind,
     decide_verdict,
     is_decisive,
@@ -355,7 +356,9 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         return ReturnCodePolicy(
             expected_exit_code=0 if special is None else self.special_return_code_checks[special],
             check_exit_codes=self._matches(fn, self.skip_return_code_checks) is None,
-            lenient_skips=self.lenient_skips,
+            # Upstream's harness reads rank 0's exit code alone.
+            skip_rule=(SkipRule.RANK_ZERO if self.lenient_skips or type(self).upstream_verdicts
+                       else SkipRule.AGREE),
             skips_pass=IS_SANDCASTLE,
         )
 

@@ -51,6 +51,7 @@ from ..engine.verdict import (
     RankFailureAsUpstreamRaises,
     RankOutcome,
     ReturnCodePolicy,
+    SkipRule,
     VerdictKind,
     decide_verdict,
     thread_words,
@@ -360,6 +361,8 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
 
     exception_queue: "queue.Queue" = queue.Queue()  # upstream's; kept for overrides
     MAIN_THREAD_RANK = -1
+    # True: upstream's rule for ranks that disagree about skipping (one rank's
+    # skip skips the test); by default that is a failure naming who skipped.
     lenient_skips: bool = False
     # Each rank thread draws CPU random numbers from its own generator, seeded
     # like a rank process; False: all threads share the process's (upstream).
@@ -482,7 +485,9 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         __tracebackhide__ = True
         if world_size is None:
             world_size = max([rank for rank, _ in failed_ranks], default=-1) + 1
-        policy = ReturnCodePolicy(lenient_skips=cls.lenient_skips, skips_pass=IS_SANDCASTLE)
+        # Upstream's harness skips the test on the first rank's skip it meets.
+        rule = SkipRule.ANY_RANK if cls.lenient_skips or cls.upstream_verdicts else SkipRule.AGREE
+        policy = ReturnCodePolicy(skip_rule=rule, skips_pass=IS_SANDCASTLE)
         verdict = decide_verdict(_outcomes(failed_ranks, world_size, failed_at or {}),
                                  policy, thread_words)
         if verdict.kind is VerdictKind.SKIP:

@@ -64,13 +64,21 @@ class RankOutcome:
             return f"signal {-self.exit_code}"
 
 
+class SkipRule(enum.Enum):
+    """Who decides when some ranks skip a test and the others pass it."""
+
+    AGREE = "agree"  # distspawn's: ranks that disagree fail the test, naming who skipped
+    RANK_ZERO = "rank 0"  # upstream's rank processes: rank 0's skip decides, others ignored
+    ANY_RANK = "any rank"  # upstream's rank threads and reused ranks: one skip skips it
+
+
 @dataclass(frozen=True)
 class ReturnCodePolicy:
     """How exit codes are judged for one test (upstream's override points)."""
 
     expected_exit_code: int = 0  # from special_return_code_checks
     check_exit_codes: bool = True  # False when the test is in skip_return_code_checks
-    lenient_skips: bool = False  # upstream's rule: rank 0's skip decides, others ignored
+    skip_rule: SkipRule = SkipRule.AGREE
     skips_pass: bool = False  # Sandcastle: a skip is reported as a pass
 
 
@@ -300,19 +308,19 @@ def decide_verdict(
     skipped = [(o.rank, r) for o in outcomes if (r := skip_reason(o)) is not None]
     if not skipped:
         return Verdict(VerdictKind.PASS)
-    if policy.lenient_skips:
-        first = next((r for rank, r in skipped if rank == outcomes[0].rank), None)
-        skipped = [(outcomes[0].rank, first)] if first is not None else []
+    if policy.skip_rule is SkipRule.RANK_ZERO:
+        skipped = [(rank, r) for rank, r in skipped if rank == outcomes[0].rank]
         if not skipped:
             return Verdict(VerdictKind.PASS)
-    elif len(skipped) < world:
+    elif policy.skip_rule is SkipRule.AGREE and len(skipped) < world:
         skipped_ranks = {rank for rank, _ in skipped}
         ran = [str(o.rank) for o in outcomes if o.rank not in skipped_ranks]
         lines = [f"ranks disagree: {len(skipped)} of {world} ranks skipped while "
                  f"rank{'s' if len(ran) > 1 else ''} {', '.join(ran)} ran the test:"]
         lines.extend(f"rank {rank} skipped: {reason}" for rank, reason in skipped)
         lines.append("(set lenient_skips = True on the class for upstream's rule, "
-                     "where rank 0 alone decides)")
+                     "where rank 0 alone decides on rank processes, and any rank's "
+                     "skip skips the test on rank threads and reused ranks)")
         return Verdict(VerdictKind.FAIL, "\n".join(lines))
     if policy.skips_pass:
         return Verdict(VerdictKind.PASS, _skip_summary(skipped))
