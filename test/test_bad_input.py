@@ -108,3 +108,38 @@ def test_a_tmpdir_too_long_for_the_rank_servers_socket_is_named(tmp_path):
             "DISTSPAWN_START_METHOD=spawn") in line
     assert "AF_UNIX path too long" not in run.output
     assert run.leftover_pids == []
+
+
+@pytest.mark.parametrize("name, value, accepted", [
+    ("TIMEOUT_DEFAULT", "600", "a positive number of seconds, such as 600"),
+    ("TIMEOUT_DEFAULT", 0, "a positive number of seconds, such as 600"),
+    ("TIMEOUT_OVERRIDE", ["test_x"], "a dict of test method name to seconds"),
+])
+def test_a_deadline_a_file_set_to_a_bad_value_is_named(monkeypatch, name, value, accepted):
+    # As upstream's, distspawn's deadline reads the name a file rebinds.
+    import distspawn.compat
+    from distspawn.fixtures.environment import get_timeout
+
+    monkeypatch.setattr(distspawn.compat, name, value)
+    with pytest.raises(ValueError) as raised:
+        get_timeout("mod.Cls.test_x")
+    assert str(raised.value).startswith(f"distspawn.compat.{name} = {value!r}: expected {accepted}")
+
+
+def test_a_bad_deadline_fails_before_any_rank_starts():
+    run = run_python(["-c", """
+import distspawn, distspawn.compat as cd
+cd.TIMEOUT_DEFAULT = 'soon'
+class Late(cd.MultiProcessTestCase):
+    world_size = 2
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+    def test_x(self):
+        print('RANK BODY RAN')
+distspawn.run_tests()
+""", "-v"])
+    assert run.returncode == 1
+    assert "distspawn.compat.TIMEOUT_DEFAULT = 'soon': expected a positive number" in run.output
+    assert "RANK BODY RAN" not in run.output
+    assert run.leftover_pids == []

@@ -314,3 +314,18 @@ def test_ranks_that_disagree_about_skipping(harness):
     if harness != "upstream":
         assert "rank 1: called sys.exit(3)" in run.output
     assert run.leftover_pids == []
+
+
+@pytest.mark.parametrize("harness, too_slow", [
+    ("distspawn", "FAIL"), ("upstream", "ERROR"), ("stand-in", "FAIL")])
+def test_a_file_moves_the_deadline_by_rebinding_the_modules_name(harness, too_slow):
+    # The environment says 2 s; the file says 60 s, and 3 s for one test by name.
+    run = run_scenario_as(harness, "rebound_deadline.py",
+                          {"DISTRIBUTED_TESTS_DEFAULT_TIMEOUT": "2"})
+    assert run.verdict_line("test_rank_0_takes_longer_than_the_old_default").endswith("ok"), \
+        run.output
+    assert run.verdict_line("test_rank_0_outlives_its_deadline").endswith(too_slow), run.output
+    if harness != "upstream":
+        assert "test_rank_0_outlives_its_deadline failed after" in run.output
+        assert "(deadline 3s)" in run.output
+    assert run.leftover_pids == []

@@ -162,6 +162,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
 
     def _start_processes(self, proc) -> None:
         world_size = self._ranks_to_start()
+        get_timeout(self.id())  # a bad TIMEOUT_DEFAULT a file set fails before any rank starts
         test_name = self._current_test_name()
         run_kwargs = {"fake_pg": self.fake_pg} if hasattr(self, "fake_pg") else {}
         self.processes = []

@@ -113,6 +113,10 @@ def install() -> str | None:
     upstream_skips = dict(getattr(sys.modules[_COMMON_DISTRIBUTED], "TEST_SKIPS", {}))
     for upstream_name, ours_name in _REPLACED.items():
         _replace_names(sys.modules[upstream_name], importlib.import_module(ours_name))
+    # A file that sets common_distributed.TIMEOUT_DEFAULT moves the deadline.
+    from ..fixtures.environment import watch_timeout_names_of
+
+    watch_timeout_names_of(_COMMON_DISTRIBUTED)
     _only_the_installed_releases_skip_names(upstream_skips)
     _derive_from_upstreams_testcase()
     _share_one_generator_between_rank_threads()
