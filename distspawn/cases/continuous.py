@@ -121,6 +121,8 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
     start_method: str | None = None
     fresh_process_group_per_test: bool = False
     lenient_skips: bool = False
+    # Upstream's harness takes the first rank, in rank order, that did not pass.
+    _UPSTREAM_SKIP_RULE = SkipRule.ANY_RANK
     stall_window: float | None = None  # as MultiProcessTestCase's
     # The stand-in mode sets it: device_type() then follows upstream's rule
     # (the build's accelerator, device or not), so files run unchanged keep
@@ -332,13 +334,6 @@ class MultiProcContinuousTest(RankDispatchingTestCase):
         except OSError:
             pass
         shutil.rmtree(pool.work_dir, ignore_errors=True)
-
-    @classmethod
-    def _skip_rule(cls) -> SkipRule:
-        # Upstream's harness takes the first rank, in rank order, that did not pass.
-        if cls.lenient_skips or cls.upstream_verdicts:
-            return SkipRule.ANY_RANK
-        return SkipRule.AGREE
 
     def _join_ranks(self, fn: Callable) -> None:
         cls = type(self)

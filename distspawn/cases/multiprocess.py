@@ -44,7 +44,6 @@ from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
 from ..engine.verdict import (
     RankFailure,
     ReturnCodePolicy,
-    SkipRule,
     VerdictKind,
     decide_verdict,
     is_decisive,
@@ -357,9 +356,7 @@ class MultiProcessTestCase(RankDispatchingTestCase):
         return ReturnCodePolicy(
             expected_exit_code=0 if special is None else self.special_return_code_checks[special],
             check_exit_codes=self._matches(fn, self.skip_return_code_checks) is None,
-            # Upstream's harness reads rank 0's exit code alone.
-            skip_rule=(SkipRule.RANK_ZERO if self.lenient_skips or type(self).upstream_verdicts
-                       else SkipRule.AGREE),
+            skip_rule=self._skip_rule(),  # upstream's: rank 0's exit code alone decides
             skips_pass=IS_SANDCASTLE,
         )
 

@@ -25,6 +25,7 @@ from ..fixtures.device_probe import has_accelerator
 from .assertions import UpstreamAssertions, cuda_sync_failed
 from .subprocess_checks import SubprocessChecks
 from .global_state import GlobalState
+from ..engine.verdict import SkipRule
 from ..fixtures.environment import SEED
 from ..fixtures.helpers import reset_dynamo
 
@@ -302,6 +303,16 @@ class RankDispatchingTestCase(TestCase):
     """
 
     _MAIN_DESCRIPTION = "the main process"
+    # Upstream's rule, on this kind of rank, for ranks that disagree about
+    # skipping: what ``lenient_skips`` and the stand-in mode (``upstream_verdicts``),
+    # both defined by each subclass, ask for.
+    _UPSTREAM_SKIP_RULE = SkipRule.RANK_ZERO
+
+    @classmethod
+    def _skip_rule(cls) -> SkipRule:
+        if cls.lenient_skips or cls.upstream_verdicts:
+            return cls._UPSTREAM_SKIP_RULE
+        return SkipRule.AGREE
 
     def _is_main(self, rank: int) -> bool:
         raise NotImplementedError

@@ -364,6 +364,8 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
     # True: upstream's rule for ranks that disagree about skipping (one rank's
     # skip skips the test); by default that is a failure naming who skipped.
     lenient_skips: bool = False
+    # Upstream's harness skips the test on the first rank's skip it meets.
+    _UPSTREAM_SKIP_RULE = SkipRule.ANY_RANK
     # Each rank thread draws CPU random numbers from its own generator, seeded
     # like a rank process; False: all threads share the process's (upstream).
     per_thread_rng: bool = True
@@ -485,9 +487,7 @@ class MultiThreadedTestCase(RankDispatchingTestCase):
         __tracebackhide__ = True
         if world_size is None:
             world_size = max([rank for rank, _ in failed_ranks], default=-1) + 1
-        # Upstream's harness skips the test on the first rank's skip it meets.
-        rule = SkipRule.ANY_RANK if cls.lenient_skips or cls.upstream_verdicts else SkipRule.AGREE
-        policy = ReturnCodePolicy(skip_rule=rule, skips_pass=IS_SANDCASTLE)
+        policy = ReturnCodePolicy(skip_rule=cls._skip_rule(), skips_pass=IS_SANDCASTLE)
         verdict = decide_verdict(_outcomes(failed_ranks, world_size, failed_at or {}),
                                  policy, thread_words)
         if verdict.kind is VerdictKind.SKIP:
