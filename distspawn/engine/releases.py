@@ -8,6 +8,21 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+
+
+def _harness_source(*path: str) -> str | None:
+    """The text of one module of the installed torch's harness (under
+    ``torch/testing/_internal``), read as data, never imported; None where
+    this build ships none."""
+    import torch
+
+    source = os.path.join(os.path.dirname(torch.__file__), "testing", "_internal", *path)
+    try:
+        with open(source, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -21,15 +36,8 @@ def upstream_says_multi_device() -> bool:
     reported with, as the installed release would report it. Read from the
     harness's source text, which is data here: the module is not imported.
     """
-    import torch
-
-    source = os.path.join(os.path.dirname(torch.__file__), "testing", "_internal",
-                          "common_distributed.py")
-    try:
-        with open(source, encoding="utf-8") as f:
-            return '"multi-device-' in f.read()
-    except OSError:
-        return False  # no harness shipped: the older words
+    text = _harness_source("common_distributed.py")
+    return text is not None and '"multi-device-' in text  # none shipped: the older words
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,14 +56,8 @@ def upstream_testcase_guards() -> frozenset:
     not imported); with no harness shipped, none: leaks pass, as on the older
     releases.
     """
-    import torch
-
-    source = os.path.join(os.path.dirname(torch.__file__), "testing", "_internal",
-                          "common_utils.py")
-    try:
-        with open(source, encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
+    text = _harness_source("common_utils.py")
+    if text is None:
         return frozenset()
     markers = {"torch_function": "torch function mode stack was leaked",
                "fp32_precision": "fp32 precision flag leak detected",
@@ -79,3 +81,18 @@ def fsdp_calls(collective: str) -> str:
         return single
     return {"all_gather": "all_gather_into_tensor",
             "reduce_scatter": "reduce_scatter_tensor"}[collective]
+
+
+@functools.lru_cache(maxsize=None)
+def transformer_mesh_parameter() -> str:
+    """What the installed torch's ``Transformer.parallelize`` (the DTensor
+    fixture) calls its mesh: ``device_mesh`` up to 2.8, ``tp_mesh`` since
+    (when it took ``ep_mesh`` too). A file calls it by keyword as its release
+    names it, so distspawn's takes the same name. Read from the harness's
+    source text; with none shipped, the newer name.
+    """
+    text = _harness_source("distributed", "_tensor", "common_dtensor.py")
+    if text is not None and re.search(
+            r'def parallelize\(\s*module: "Transformer",\s*device_mesh\b', text):
+        return "device_mesh"
+    return "tp_mesh"
