@@ -60,8 +60,7 @@ def verdicts(output: str) -> dict[str, str]:
 def pytest_run(*extra: str, env: dict | None = None):
     stand_in = "--distspawn-stand-in" in extra or "DISTSPAWN_STAND_IN" in (env or {})
     runner = run_python if stand_in else run_python_on_upstream
-    return runner(["-m", "pytest", "-v", "-p", "no:cacheprovider", FILE, *extra],
-                  env=env, timeout=300)
+    return runner(["-m", "pytest", "-v", "-p", "no:cacheprovider", FILE, *extra], env=env)
 
 
 def test_same_verdicts_as_upstream_on_distspawns_engine():
@@ -172,7 +171,7 @@ def test_reused_ranks_take_upstreams_device_type_in_the_stand_in_mode():
         pytest.skip("a machine with an accelerator: both rules name it")
     skip_unless_upstream_runs(DEVICE_FILE)
     command = ["-m", "pytest", "-v", "-p", "no:cacheprovider", DEVICE_FILE]
-    upstream = device_type_verdicts(run_python_on_upstream(command, timeout=300))
+    upstream = device_type_verdicts(run_python_on_upstream(command))
     stand_in = device_type_verdicts(run_python([*command, "--distspawn-stand-in"],
                                                timeout=300))
     switched = device_type_verdicts(run_python(command, env={"SWITCHED": "1"}, timeout=300))
@@ -219,7 +218,7 @@ def test_reused_ranks_without_a_world_size_get_upstreams_one_per_device_on_the_c
     assert "rank server starts: 1," in run.output, run.output
     skip_unless_upstream_runs(DEVICE_FILE)
     log = tmp_path / "upstream.log"
-    run = run_python_on_upstream(plain, env={"WORLD_SIZE_LOG": str(log)}, timeout=300)
+    run = run_python_on_upstream(plain, env={"WORLD_SIZE_LOG": str(log)})
     assert world_sizes(run, log) == ["1"], run.output
 
 
@@ -244,7 +243,7 @@ def test_a_skip_name_of_another_release_fails_as_on_upstream():
         names.reverse()
     env = {"SKIP_NAMES": ",".join(names)}
     run = [runner(["-m", "pytest", "-v", "-p", "no:cacheprovider", "skip_names_by_release.py",
-                   *extra], env=env, timeout=300)
+                   *extra], env=env)
            for runner, extra in ((run_python_on_upstream, []),
                                  (run_python, ["--distspawn-stand-in"]))]
     wanted = {"SkipsByName::test_installed_releases_name": "SKIPPED",

@@ -73,7 +73,7 @@ def test_a_project_whose_import_registers_ops_runs_as_if_each_rank_imported_it(h
     runner = run_python_on_upstream if harness == "upstream" else run_python
     run = runner(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
                       "always::UserWarning", *options, "registering/test_registering.py"],
-                     env=env, timeout=300)
+                     env=env)
     assert run.returncode == 0 and "2 passed" in run.output, run.output
     if harness != "upstream":
         assert run.output.count("WarmImportWarning") == 1, run.output
