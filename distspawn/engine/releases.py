@@ -86,10 +86,10 @@ def fsdp_calls(collective: str) -> str:
 @functools.lru_cache(maxsize=None)
 def transformer_mesh_parameter() -> str:
     """What the installed torch's ``Transformer.parallelize`` (the DTensor
-    fixture) calls its mesh: ``device_mesh`` up to 2.8, ``tp_mesh`` since
-    (when it took ``ep_mesh`` too). A file calls it by keyword as its release
-    names it, so distspawn's takes the same name. Read from the harness's
-    source text; with none shipped, the newer name.
+    fixture) calls its mesh: ``device_mesh`` on 2.8, ``tp_mesh`` on 2.13 and
+    later. A file calls it by keyword as its release names it, so distspawn's
+    takes the same name; the other name would be a TypeError there. Read from
+    the harness's source text; with none shipped, the newer name.
     """
     text = _harness_source("distributed", "_tensor", "common_dtensor.py")
     if text is not None and re.search(
