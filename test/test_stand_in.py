@@ -270,3 +270,22 @@ def test_a_file_with_distspawns_imports_keeps_both_skip_names_in_a_stand_in_run(
         "SkipsByNameWithDistspawn::test_installed_releases_name": "SKIPPED",
         "SkipsByNameWithDistspawn::test_other_releases_name": "SKIPPED"}, run.output
     assert run.leftover_pids == [] and run.leftover_files == []
+
+
+INFINITIES = "assert_equal_infinities.py"
+
+
+def test_assert_equal_is_upstreams_in_the_stand_in_mode():
+    # Re-based on upstream's TestCase, distspawn's defers to upstream's
+    # assertEqual: its wording ("Scalars are not close!") shows which one ran.
+    command = ["-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:randomly", INFINITIES]
+    upstream = run_python_on_upstream(command)
+    stand_in = run_python([*command, "--distspawn-stand-in"], timeout=300)
+    switched = run_python(command, env={"SWITCHED": "1"}, timeout=300)
+    found = {"Infinities::test_equal_infinities": "PASSED",
+             "Infinities::test_opposite_infinities": "FAILED"}
+    for run in (upstream, stand_in, switched):
+        assert verdicts(run.output) == found, run.output
+        assert run.leftover_pids == []
+    assert "Scalars are not close!" in stand_in.output
+    assert "scalars are not close: inf != -inf" in switched.output

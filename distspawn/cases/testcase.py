@@ -103,11 +103,14 @@ class _Comparison:
                                 f"{x!r} != {y!r}")
             return
         x, y = complex(x), complex(y)
-        if self.equal_nan and cmath.isnan(x) and cmath.isnan(y):
+        # Equal infinities are equal (their difference is nan), and unequal
+        # ones never are (inf is within a tolerance of rtol * inf).
+        if x == y or (self.equal_nan and cmath.isnan(x) and cmath.isnan(y)):
             return
         atol = 1e-7 if self.atol is None else self.atol
         rtol = 1e-7 if self.rtol is None else self.rtol
-        if not abs(x - y) <= atol + rtol * abs(y):
+        difference = abs(x - y)
+        if not (cmath.isfinite(difference) and difference <= atol + rtol * abs(y)):
             xs, ys = (v.real if v.imag == 0 else v for v in (x, y))
             raise _Mismatch(f"{where + ': ' if where else ''}scalars are not close: "
                             f"{xs!r} != {ys!r} (atol={atol}, rtol={rtol})")
@@ -246,6 +249,14 @@ class TestCase(UpstreamAssertions, SubprocessChecks, unittest.TestCase):
         exact_is_coalesced: bool = False,
     ) -> None:
         __tracebackhide__ = True
+        if unittest.TestCase not in TestCase.__bases__:
+            # Re-based on upstream's TestCase (the stand-in mode, or a class that
+            # mixes it in): under upstream's harness these tests get its
+            # assertEqual, so its rules decide, to the last edge case.
+            return super().assertEqual(
+                x, y, msg, atol=atol, rtol=rtol, equal_nan=equal_nan, exact_dtype=exact_dtype,
+                exact_device=exact_device, exact_layout=exact_layout,
+                exact_stride=exact_stride, exact_is_coalesced=exact_is_coalesced)
         if atol is None and rtol is None and (self.precision or self.rel_tol):
             atol, rtol = self.precision, self.rel_tol
         comparison = _Comparison(

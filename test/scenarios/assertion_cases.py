@@ -60,6 +60,9 @@ def raise_value_error(text):
     raise ValueError(text)
 
 
+INF = float("inf")
+
+
 class NotLoadable:
     """Saved by reference to this script, which a fresh interpreter cannot import."""
 
@@ -106,6 +109,11 @@ CASES = {
                                                   exact_device=True),
     "equal_nested": lambda t: t.assertEqual({"a": [torch.ones(1), 2]}, {"a": [torch.ones(1), 2]}),
     "equal_number_and_tensor": lambda t: t.assertEqual(3, torch.tensor(3)),
+    # pytorch's test_op_strategy.py: a redistribute cost of inf, as expected.
+    "equal_infinities": lambda t: t.assertEqual(float("inf"), float("inf")),
+    "equal_infinity_and_tensor": lambda t: t.assertEqual(torch.tensor(-INF), -INF),
+    "equal_opposite_infinities": lambda t: t.assertEqual(float("inf"), float("-inf")),
+    "equal_infinity_and_number": lambda t: t.assertEqual(float("inf"), 1e308),
     "not_equal_within_atol": lambda t: t.assertNotEqual(
         torch.tensor(1.0), torch.tensor(1.05), atol=0.1, rtol=0),
     "not_equal_outside_atol": lambda t: t.assertNotEqual(
