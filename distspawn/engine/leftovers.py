@@ -45,6 +45,14 @@ for path in watched:
 """
 EXIT_WAIT_S = 2.0  # at a normal exit: how long to wait for the watcher to end
 
+# Folders torch makes when a module of its is imported, and removes at exit
+# (atexit), which a killed process never reaches: torch 2.8's folder for
+# remote-module templates, made by importing torch.distributed.checkpoint or
+# fsdp (later releases make none). (module, attribute holding the path)
+_TORCH_EXIT_FOLDERS = (("torch.distributed.nn.jit.instantiator",
+                        "INSTANTIATED_TEMPLATE_DIR_PATH"),)
+_torch_folders_seen: set[str] = set()  # watched, or made by the process this was forked from
+
 _lock = threading.Lock()
 _watcher: subprocess.Popen | None = None
 _watcher_pid = 0  # the process that started it (one forked from it starts its own)
@@ -54,6 +62,32 @@ def remove_if_killed(path: str) -> None:
     """Have ``path`` (a file or a folder) removed should this process be
     killed before removing it itself. Best effort: without a watcher (one
     could not start) nothing changes."""
+    watch_torchs_exit_folders()
+    _send(path)
+
+
+def watch_torchs_exit_folders() -> None:
+    """Have the folders torch made at import in this process removed should it
+    be killed (see ``_TORCH_EXIT_FOLDERS``); each is watched once. A process
+    forked from this one does not watch this one's: they are not its own."""
+    for module_name, attribute in _TORCH_EXIT_FOLDERS:
+        path = getattr(sys.modules.get(module_name), attribute, None)
+        if isinstance(path, str) and path not in _torch_folders_seen:
+            _torch_folders_seen.add(path)
+            _send(path)
+
+
+def _torch_folders_of_the_parent() -> None:
+    _torch_folders_seen.update(
+        path for path in (getattr(sys.modules.get(module_name), attribute, None)
+                          for module_name, attribute in _TORCH_EXIT_FOLDERS)
+        if isinstance(path, str))
+
+
+os.register_at_fork(after_in_child=_torch_folders_of_the_parent)
+
+
+def _send(path: str) -> None:
     data = os.fsencode(os.path.abspath(path))
     if b"\n" in data:
         return  # the watcher reads one path a line

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import forked_exit, reduce_ops
+from . import forked_exit, leftovers, reduce_ops
 from .exit_codes import skip_message_for
 from .group_keeper import free_groups_before_shutdown, release_kept_groups
 from .protocol import RankReport, ReportStatus
@@ -56,6 +56,7 @@ def worker_loop(cls: Any, rank: int, world_size: int, rdvz_file: str,
     prepare_rank_process(files, parent_pid, environ, own_log_thread=True)
     enable_native_crash_dump()
     cls = resolve_class(cls)
+    leftovers.watch_torchs_exit_folders()  # its imports' folders, if it is killed
     cls.rank, cls.world_size, cls.rdvz_file = rank, world_size, rdvz_file
     init_skip = None
     try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from . import cuda_refusal, forked_exit, parent_death, reduce_ops
+from . import cuda_refusal, forked_exit, leftovers, parent_death, reduce_ops
 from .collective_log import start_recording, write_final_summary
 from .exit_codes import TEST_ERROR_EXIT_CODE
 from .group_keeper import free_groups_before_shutdown, keep_destroyed_groups
@@ -375,6 +375,7 @@ def child_main(
     _reporter = reporter = ResultReporter(result_conn, rank, test_name)
     try:
         cls = resolve_class(cls)
+        leftovers.watch_torchs_exit_folders()  # its imports' folders, if it is killed
         cls._run(rank, test_name, file_name, control_conn, **run_kwargs)
     except SystemExit as exc:
         code = exit_code_of(exc)

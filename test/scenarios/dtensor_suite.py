@@ -184,20 +184,21 @@ class ExpertLayers(DTensorTestBase):
         reference = Transformer(args)
         mesh = self.build_device_mesh()
         mesh_2d = init_device_mesh(self.device_type, (2, 2), mesh_dim_names=("ep", "tp"))
-        # (name, meshes, sequence parallel, whose tokens): tensor parallelism
-        # needs the same tokens on every rank; expert parallelism gives each
-        # rank (each expert-parallel group) its own.
+        # (name, tensor-parallel mesh, expert-parallel mesh, sequence parallel,
+        # whose tokens): tensor parallelism needs the same tokens on every rank;
+        # expert parallelism gives each rank (each expert-parallel group) its
+        # own. The tensor-parallel mesh goes by position: torch 2.8 names it
+        # device_mesh, later releases tp_mesh.
         cases = [
-            ("tp", {"tp_mesh": mesh}, False, 0),
-            ("ep", {"tp_mesh": None, "ep_mesh": mesh}, False, self.rank),
-            ("ep+tp", {"tp_mesh": mesh_2d["tp"], "ep_mesh": mesh_2d["ep"]}, False,
-             mesh_2d.get_local_rank("ep")),
+            ("tp", mesh, None, False, 0),
+            ("ep", None, mesh, False, self.rank),
+            ("ep+tp", mesh_2d["tp"], mesh_2d["ep"], False, mesh_2d.get_local_rank("ep")),
         ]
-        for name, meshes, sequence_parallel, token_seed in cases:
+        for name, tp_mesh, ep_mesh, sequence_parallel, token_seed in cases:
             # (local outputs for attention: DTensor has no CPU attention kernel strategy)
-            model = Transformer.parallelize(copy.deepcopy(reference),
+            model = Transformer.parallelize(copy.deepcopy(reference), tp_mesh,
                                             use_seq_parallel=sequence_parallel,
-                                            local_output_for_attn=True, **meshes)
+                                            local_output_for_attn=True, ep_mesh=ep_mesh)
             tokens = torch.randint(args.vocab_size, (2, 8),
                                    generator=torch.Generator().manual_seed(token_seed))
             out = model(tokens)
