@@ -57,6 +57,12 @@ def _is_tensor_like(value: Any) -> bool:
     return isinstance(value, (torch.Tensor, np.ndarray))
 
 
+def _is_dtensor(value: Any) -> bool:
+    # Looked up only where torch.distributed.tensor is already imported.
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return isinstance(dtensor, type) and isinstance(value, dtensor)
+
+
 def _is_sequence(value: Any) -> bool:
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
 
@@ -127,8 +133,13 @@ class _Comparison:
                 check_dtype=self.exact_dtype, check_device=self.exact_device,
                 check_layout=self.exact_layout, check_stride=self.exact_stride,
             )
-        except (AssertionError, TypeError, ValueError) as exc:
+        except AssertionError as exc:
             raise _Mismatch(f"{where + ': ' if where else ''}{exc}") from None
+        except (TypeError, ValueError) as exc:
+            # Values that cannot be compared (a DTensor against a plain tensor,
+            # a tensor against a string): an error, as upstream's assertEqual
+            # lets it through, not a failure.
+            raise type(exc)(f"{where + ': ' if where else ''}{exc}") from None
 
     @staticmethod
     def _of_related_type(x, y):
@@ -153,6 +164,11 @@ class _Comparison:
         # A number against a one-element tensor compares values, not dtypes.
         for number_side in (0, 1):
             number, tensor = (x, y) if number_side == 0 else (y, x)
+            if _is_number(number) and _is_dtensor(tensor):
+                # Which rank's value? torch.testing decides, as it does under
+                # upstream's assertEqual (2.13 and 2.15 refuse; 2.8 compares).
+                number = torch.as_tensor(number)
+                return (number, tensor) if number_side == 0 else (tensor, number)
             if _is_number(number) and isinstance(tensor, torch.Tensor):
                 if tensor.numel() != 1:
                     raise _Mismatch(f"{where + ': ' if where else ''}cannot compare a "

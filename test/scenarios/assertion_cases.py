@@ -63,6 +63,16 @@ def raise_value_error(text):
 INF = float("inf")
 
 
+def one_rank_dtensor(value):
+    """A replicated DTensor on a world of one (the group made on first use)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import Replicate, distribute_tensor, init_device_mesh
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    return distribute_tensor(torch.tensor(value), init_device_mesh("cpu", (1,)), [Replicate()])
+
+
 class NotLoadable:
     """Saved by reference to this script, which a fresh interpreter cannot import."""
 
@@ -114,6 +124,11 @@ CASES = {
     "equal_infinity_and_tensor": lambda t: t.assertEqual(torch.tensor(-INF), -INF),
     "equal_opposite_infinities": lambda t: t.assertEqual(float("inf"), float("-inf")),
     "equal_infinity_and_number": lambda t: t.assertEqual(float("inf"), 1e308),
+    # Values that cannot be compared are an error, not a failure.
+    "equal_dtensor_and_number": lambda t: t.assertEqual(one_rank_dtensor(2.0), 2.0),
+    "equal_dtensor_and_tensor": lambda t: t.assertEqual(one_rank_dtensor([1.0]),
+                                                        torch.tensor([1.0])),
+    "equal_tensor_and_string": lambda t: t.assertEqual(torch.tensor(1.0), "1"),
     "not_equal_within_atol": lambda t: t.assertNotEqual(
         torch.tensor(1.0), torch.tensor(1.05), atol=0.1, rtol=0),
     "not_equal_outside_atol": lambda t: t.assertNotEqual(
