@@ -214,9 +214,8 @@ class TestCase(UpstreamAssertions, SubprocessChecks, unittest.TestCase):
     def setUp(self) -> None:
         super().setUp()
         set_rng_seed()
-        # Re-based on upstream's TestCase (see derive_from_upstreams_testcase),
-        # its setUp guards the global state itself.
-        if unittest.TestCase in TestCase.__bases__:
+        # Re-based on upstream's TestCase, its setUp guards the global state itself.
+        if not on_upstreams_testcase():
             self._global_state = GlobalState(self._default_dtype_check_enabled)
 
     def tearDown(self) -> None:
@@ -265,10 +264,9 @@ class TestCase(UpstreamAssertions, SubprocessChecks, unittest.TestCase):
         exact_is_coalesced: bool = False,
     ) -> None:
         __tracebackhide__ = True
-        if unittest.TestCase not in TestCase.__bases__:
-            # Re-based on upstream's TestCase (the stand-in mode, or a class that
-            # mixes it in): under upstream's harness these tests get its
-            # assertEqual, so its rules decide, to the last edge case.
+        if on_upstreams_testcase():
+            # Under upstream's harness these tests get its assertEqual, so its
+            # rules decide, to the last edge case.
             return super().assertEqual(
                 x, y, msg, atol=atol, rtol=rtol, equal_nan=equal_nan, exact_dtype=exact_dtype,
                 exact_device=exact_device, exact_layout=exact_layout,
@@ -301,6 +299,12 @@ class TestCase(UpstreamAssertions, SubprocessChecks, unittest.TestCase):
 
 
 UPSTREAM_TESTCASE_MODULE = "torch.testing._internal.common_utils"
+
+
+def on_upstreams_testcase() -> bool:
+    """Whether distspawn's TestCase has been re-based on upstream's (the stand-in
+    mode, or a class that mixes upstream's in: see derive_from_upstreams_testcase)."""
+    return unittest.TestCase not in TestCase.__bases__
 
 
 def derive_from_upstreams_testcase(upstream: type) -> None:

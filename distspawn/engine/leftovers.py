@@ -70,21 +70,20 @@ def watch_torchs_exit_folders() -> None:
     """Have the folders torch made at import in this process removed should it
     be killed (see ``_TORCH_EXIT_FOLDERS``); each is watched once. A process
     forked from this one does not watch this one's: they are not its own."""
-    for module_name, attribute in _TORCH_EXIT_FOLDERS:
-        path = getattr(sys.modules.get(module_name), attribute, None)
-        if isinstance(path, str) and path not in _torch_folders_seen:
-            _torch_folders_seen.add(path)
-            _send(path)
+    for path in _torch_exit_folders() - _torch_folders_seen:
+        _torch_folders_seen.add(path)
+        _send(path)
 
 
-def _torch_folders_of_the_parent() -> None:
-    _torch_folders_seen.update(
-        path for path in (getattr(sys.modules.get(module_name), attribute, None)
-                          for module_name, attribute in _TORCH_EXIT_FOLDERS)
-        if isinstance(path, str))
+def _torch_exit_folders() -> set[str]:
+    """Those of ``_TORCH_EXIT_FOLDERS`` this process has (its modules imported)."""
+    paths = (getattr(sys.modules.get(module_name), attribute, None)
+             for module_name, attribute in _TORCH_EXIT_FOLDERS)
+    return {path for path in paths if isinstance(path, str)}
 
 
-os.register_at_fork(after_in_child=_torch_folders_of_the_parent)
+# A forked child has its parent's folders: they are not its own to watch.
+os.register_at_fork(after_in_child=lambda: _torch_folders_seen.update(_torch_exit_folders()))
 
 
 def _send(path: str) -> None:
