@@ -3,8 +3,10 @@
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
@@ -179,12 +181,20 @@ def test_a_server_still_importing_when_the_test_process_exits_ends_with_it():
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
-def test_the_rank_server_ends_with_the_test_process(tmp_path):
+def test_the_rank_server_ends_with_the_test_process():
     # A normal exit would then tear down torch, dynamo and the test modules in
     # the server: about 0.8 s of CPU after the test process has gone, which
     # whatever reads the test process's output waits for too. The output goes
     # to a file here, so that the test process's own end can be timed.
     marker = uuid.uuid4().hex
+    # Not pytest's tmp_path: below a TMPDIR only 9 bytes longer than /tmp, its
+    # nested folders made the rank server's socket path longer than a Unix
+    # socket takes, and the scenario refused to start (as it should).
+    with tempfile.TemporaryDirectory(prefix="ds-") as tmp:
+        _end_the_test_process_and_time_the_server(Path(tmp), marker)
+
+
+def _end_the_test_process_and_time_the_server(tmp_path, marker):
     env = {**os.environ, "TMPDIR": str(tmp_path), MARKER_VAR: marker,
            "FRESH_DIR": str(tmp_path)}
     with open(tmp_path / "output", "w+") as output:
