@@ -153,14 +153,22 @@ def is_torch_import_folder(tmp: Path, relative: Path) -> bool:
     return folder.is_dir() and [p.name for p in folder.iterdir()] == [TORCH_IMPORT_FOLDER_FILE]
 
 
+def short_temp_dir() -> tempfile.TemporaryDirectory:
+    """A private temp folder with a short name, to be a run's TMPDIR.
+
+    The rank server's socket goes below TMPDIR, and a Unix socket path takes at
+    most 107 bytes: under pytest -n (an xdist worker's folder, then this one,
+    then a nested run's worker's), or below pytest's tmp_path, a longer name
+    passed that and the run refused to start.
+    """
+    return tempfile.TemporaryDirectory(prefix="ds-")
+
+
 def run_python(args: list[str], env: dict[str, str] | None = None, timeout: float = 300,
                cwd: Path = SCENARIOS) -> Run:
     """Run ``python *args`` with a private TMPDIR; report what it left behind."""
     marker = uuid.uuid4().hex
-    # A short name: under pytest -n, the rank server's socket path in a nested
-    # run (an xdist worker's dir, this one, the inner worker's) must stay
-    # within a Unix socket's 107 bytes.
-    with tempfile.TemporaryDirectory(prefix="ds-") as tmp:
+    with short_temp_dir() as tmp:
         # CI is the CI runner's flag, not the scenario's: with it set, upstream's
         # run_tests writes XML reports and needs xmlrunner (upstream drops it for
         # the test processes it starts, too).

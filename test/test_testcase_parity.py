@@ -5,6 +5,7 @@ scenarios/assertion_cases.py calls each assertion once, in a subprocess, on
 distspawn's TestCase and (where torch.testing._internal imports) on upstream's.
 """
 
+import functools
 import json
 import re
 import textwrap
@@ -152,15 +153,14 @@ def release_answers() -> dict[str, str]:
     return {name: answer for name in AS_THE_RELEASE_SAYS}
 
 
+@functools.cache
 def release_refuses_dtensor_comparisons() -> bool:
     """Whether this release's torch.testing refuses a DTensor against a plain tensor."""
     run = run_python(["-c", (
         "import torch, torch.distributed as dist\n"
-        "from torch.distributed.tensor import Replicate, distribute_tensor, init_device_mesh\n"
-        "dist.init_process_group('gloo', rank=0, world_size=1, store=dist.HashStore())\n"
-        "d = distribute_tensor(torch.ones(1), init_device_mesh('cpu', (1,)), [Replicate()])\n"
+        "from assertion_cases import one_rank_dtensor\n"
         "try:\n"
-        "    torch.testing.assert_close(d, torch.ones(1))\n"
+        "    torch.testing.assert_close(one_rank_dtensor([1.0]), torch.tensor([1.0]))\n"
         "    print('COMPARES')\n"
         "except TypeError:\n"
         "    print('REFUSES')\n"

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +17,7 @@ from harness import (
     processes_with_marker,
     run_python,
     run_python_on_upstream,
+    short_temp_dir,
     upstream_module_imports,
 )
 
@@ -187,24 +187,16 @@ def test_the_rank_server_ends_with_the_test_process():
     # whatever reads the test process's output waits for too. The output goes
     # to a file here, so that the test process's own end can be timed.
     marker = uuid.uuid4().hex
-    # Not pytest's tmp_path: below a TMPDIR only 9 bytes longer than /tmp, its
-    # nested folders made the rank server's socket path longer than a Unix
-    # socket takes, and the scenario refused to start (as it should).
-    with tempfile.TemporaryDirectory(prefix="ds-") as tmp:
-        _end_the_test_process_and_time_the_server(Path(tmp), marker)
-
-
-def _end_the_test_process_and_time_the_server(tmp_path, marker):
-    env = {**os.environ, "TMPDIR": str(tmp_path), MARKER_VAR: marker,
-           "FRESH_DIR": str(tmp_path)}
-    with open(tmp_path / "output", "w+") as output:
-        done = subprocess.run([sys.executable, "fresh_ranks.py", "FreshRanks.test_0"],
-                              cwd=SCENARIOS, env=env, stdout=output, stderr=subprocess.STDOUT)
-        ended = time.monotonic()
-        left = processes_with_marker(marker, settle_s=10.0)
-        outlived = time.monotonic() - ended
-        output.seek(0)
-        text = output.read()
+    with short_temp_dir() as tmp:  # not tmp_path: see short_temp_dir
+        env = {**os.environ, "TMPDIR": tmp, MARKER_VAR: marker, "FRESH_DIR": tmp}
+        with open(Path(tmp) / "output", "w+") as output:
+            done = subprocess.run([sys.executable, "fresh_ranks.py", "FreshRanks.test_0"],
+                                  cwd=SCENARIOS, env=env, stdout=output, stderr=subprocess.STDOUT)
+            ended = time.monotonic()
+            left = processes_with_marker(marker, settle_s=10.0)
+            outlived = time.monotonic() - ended
+            output.seek(0)
+            text = output.read()
     assert done.returncode == 0 and "Ran 1 test" in text, text
     assert left == []
     assert outlived < 0.3 * load_factor(), f"the server outlived the test by {outlived:.2f} s"
