@@ -40,6 +40,12 @@ PER_TEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
 # every process forked later, and every rank is forked from the server. Ranks
 # need not share it: it changes how availability is asked, not the answer.
 SERVER_ONLY_VARIABLES = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+# The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
+UNIX_SOCKET_PATH_MAX = 107
+# What multiprocessing adds below the temp folder for the forkserver's socket
+# (newer Pythons name it "sock-" and 12 characters: as long).
+_SOCKET_TAIL = len("/pymp-12345678/listener-12345678")
+SHORT_TEMP_DIR = "/tmp"  # where the socket's folder goes when TMPDIR is too long
 
 
 class _RecordingEnviron(type(os.environ)):  # type: ignore[misc]
@@ -289,6 +295,34 @@ def start_server(preload: list[str]) -> tuple[ModuleListChannel, str]:
     return ModuleListChannel(listening), environ_path
 
 
+def keep_socket_folder_short() -> None:
+    """Have multiprocessing make its folder, where the forkserver's socket goes,
+    in ``/tmp`` where ``TMPDIR`` is too long for a Unix socket path.
+
+    Under a long ``TMPDIR`` (Bazel's, a nested pytest run's) the forkserver
+    cannot bind its socket, where upstream's harness (spawn, no socket) runs.
+    Newer Pythons' multiprocessing falls back to ``/tmp`` itself
+    (python/cpython#132124); this does the same on the others. It can only
+    act before multiprocessing made its folder, which it keeps for the life of
+    the process; the folder is removed at exit, as multiprocessing's always is.
+    """
+    import multiprocessing.util
+    import tempfile
+
+    if len(os.fsencode(tempfile.gettempdir())) + _SOCKET_TAIL <= UNIX_SOCKET_PATH_MAX:
+        return
+    if not (os.path.isdir(SHORT_TEMP_DIR) and os.access(SHORT_TEMP_DIR, os.W_OK | os.X_OK)):
+        return  # the socket's bind then fails, and the caller says why
+    # multiprocessing makes its folder where tempfile makes temp folders, and
+    # has no setting of its own for it: tempfile.tempdir is the public one.
+    chosen = tempfile.tempdir
+    tempfile.tempdir = SHORT_TEMP_DIR
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = chosen
+
+
 def ensure_server_running(hand_over: dict[str, str] | None = None) -> None:
     """multiprocessing's ``ensure_running``, with the server's start marked.
 
@@ -299,6 +333,7 @@ def ensure_server_running(hand_over: dict[str, str] | None = None) -> None:
     """
     import multiprocessing.forkserver
 
+    keep_socket_folder_short()
     variables = {SERVER_VAR: "1", **(hand_over or {})}
     os.environ.update(variables)
     try:

@@ -159,7 +159,8 @@ def short_temp_dir() -> tempfile.TemporaryDirectory:
     The rank server's socket goes below TMPDIR, and a Unix socket path takes at
     most 107 bytes: under pytest -n (an xdist worker's folder, then this one,
     then a nested run's worker's), or below pytest's tmp_path, a longer name
-    passed that and the run refused to start.
+    passes that, and the socket's folder goes to /tmp instead, outside the
+    folder whose leftovers the run reports.
     """
     return tempfile.TemporaryDirectory(prefix="ds-")
 

@@ -99,13 +99,17 @@ def test_constructing_with_a_missing_method_names_it():
 
 
 def test_a_tmpdir_too_long_for_the_rank_servers_socket_is_named(tmp_path):
-    run = run_python(["long_tmpdir.py", "-v"], env={"LONG_TMPDIR_UNDER": str(tmp_path)})
+    # Where multiprocessing made its folder under it before the first rank,
+    # the server's socket cannot go to /tmp (test_warm_ranks: where it can).
+    run = run_python(["long_tmpdir.py", "-v"],
+                     env={"LONG_TMPDIR_UNDER": str(tmp_path), "MP_FOLDER_FIRST": "1"})
     assert run.returncode == 1, run.output
     assert "test_x (__main__.LongTmpdir.test_x) ... ERROR" in run.output
     line = next(l for l in run.output.splitlines() if l.startswith("ValueError: TMPDIR="))
     assert "is too long for the rank server: its socket would be" in line
-    assert ("a Unix socket path takes at most 107. Set TMPDIR to a shorter directory, or "
-            "DISTSPAWN_START_METHOD=spawn") in line
+    assert ("a Unix socket path takes at most 107 (multiprocessing made its folder there "
+            "before the first rank started, or /tmp is not writable). Set TMPDIR to a shorter "
+            "directory, or DISTSPAWN_START_METHOD=spawn") in line
     assert "AF_UNIX path too long" not in run.output
     assert run.leftover_pids == []
 

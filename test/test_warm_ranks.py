@@ -13,6 +13,7 @@ import torch
 from harness import (
     MARKER_VAR,
     SCENARIOS,
+    is_torch_cache,
     load_factor,
     processes_with_marker,
     run_python,
@@ -83,6 +84,42 @@ def test_a_project_whose_import_registers_ops_runs_as_if_each_rank_imported_it(h
                "at import, and ranks have it otherwise (REGISTERING_FLAVOUR)" in run.output
         # (upstream's harness leaves its store files behind)
         assert run.leftover_pids == [] and run.leftover_files == []
+
+
+@pytest.mark.parametrize("harness", ["distspawn", "pytest", "stand-in", "upstream"])
+def test_a_tmpdir_too_long_for_a_socket_runs_as_on_upstream(tmp_path, harness):
+    # Upstream's harness spawns its ranks (no socket); the rank server's
+    # socket goes to /tmp instead, as newer Pythons' multiprocessing does.
+    if harness in ("stand-in", "upstream") and not upstream_module_imports(
+            "torch.testing._internal.common_distributed"):
+        pytest.skip("upstream's harness does not import here")
+    long_tmpdir = tmp_path / ("a-directory-name-long-enough-" * 3)
+    env = {"LONG_TMPDIR_UNDER": str(tmp_path)}
+    if harness in ("stand-in", "upstream"):
+        env["UPSTREAM_HARNESS"] = "1"
+    if harness == "pytest":  # the whole run under it, the plugin's early server too
+        long_tmpdir.mkdir()
+        env["TMPDIR"] = str(long_tmpdir)
+    runner = run_python_on_upstream if harness == "upstream" else run_python
+    args = {"distspawn": ["long_tmpdir.py", "-v"], "upstream": ["long_tmpdir.py", "-v"],
+            "stand-in": ["-m", "distspawn.stand_in", "long_tmpdir.py", "-v"],
+            "pytest": ["-m", "pytest", "-v", "-p", "no:cacheprovider", "long_tmpdir.py"]}
+    run = runner(args[harness], env=env)
+    assert run.returncode == 0, run.output
+    if harness == "pytest":
+        assert "long_tmpdir.py::LongTmpdir::test_x PASSED" in run.output, run.output
+    else:
+        assert run.verdict_line("test_x") == "test_x (__main__.LongTmpdir.test_x) ... ok"
+    assert "AF_UNIX path too long" not in run.output and "TMPDIR=" not in run.output
+    if harness == "upstream":
+        return  # (which leaves its store files behind)
+    assert run.leftover_pids == []
+    assert [p for p in long_tmpdir.iterdir()
+            if not is_torch_cache(p.relative_to(long_tmpdir))] == []
+    if harness != "pytest":  # (whose output hides the exit line)
+        folder = next(line.split(" ", 2)[2] for line in run.output.splitlines()
+                      if line.startswith("MULTIPROCESSING FOLDER "))
+        assert folder.startswith("/tmp/pymp-") and not os.path.exists(folder), folder
 
 
 def _left_to_the_ranks(env, why):

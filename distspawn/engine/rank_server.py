@@ -51,8 +51,6 @@ from . import leftovers
 # does by default), the environment hand-over, then everything a rank needs.
 FORKSERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
 REPORT_WAIT_S = 900.0  # for it to import them (each import has its own limit)
-# The longest path a Unix socket can be bound to on Linux (sun_path, less its NUL).
-UNIX_SOCKET_PATH_MAX = 107
 
 
 class WarmImportWarning(UserWarning):
@@ -111,17 +109,23 @@ def check_rank_server_address() -> None:
     """Raise one clear error where the forkserver could not bind its socket here.
 
     multiprocessing puts it in a directory under ``TMPDIR`` (except where it
-    uses an abstract socket, in some Pythons); a long ``TMPDIR`` makes the
-    path too long, and the bind fails deep inside multiprocessing.
+    uses an abstract socket, in some Pythons), or under ``/tmp`` where
+    ``TMPDIR`` is too long (``distspawn_rank_server.keep_socket_folder_short``).
+    That is too late once multiprocessing made its folder under a long
+    ``TMPDIR`` before the first rank, and then the bind would fail deep inside
+    multiprocessing.
     """
+    distspawn_rank_server.keep_socket_folder_short()
     address = multiprocessing.connection.arbitrary_address("AF_UNIX")
     size = len(os.fsencode(address))
-    if address.startswith("\0") or size <= UNIX_SOCKET_PATH_MAX:
+    if address.startswith("\0") or size <= distspawn_rank_server.UNIX_SOCKET_PATH_MAX:
         return
     raise ValueError(
         f"TMPDIR={tempfile.gettempdir()!r} is too long for the rank server: its socket "
         f"would be {address!r}, {size} bytes, and a Unix socket path "
-        f"takes at most {UNIX_SOCKET_PATH_MAX}. Set TMPDIR to a shorter directory, or "
+        f"takes at most {distspawn_rank_server.UNIX_SOCKET_PATH_MAX} (multiprocessing made its "
+        f"folder there before the first rank started, or {distspawn_rank_server.SHORT_TEMP_DIR} "
+        "is not writable). Set TMPDIR to a shorter directory, or "
         "DISTSPAWN_START_METHOD=spawn (or start_method = \"spawn\" on the class).")
 
 
