@@ -94,6 +94,9 @@ def _read_pids(fifo, count, timeout=120):
 # (signal, sent to the process group rather than the pid, seconds allowed)
 STOPS = {
     "SIGKILL to the pid": (signal.SIGKILL, False, 2.0),
+    # A CI job's limit: the test process, its rank server and ranks at once
+    # (torch 2.8's server holds a folder only its own exit removes).
+    "SIGKILL to the group": (signal.SIGKILL, True, 2.0),
     "SIGINT to the pid": (signal.SIGINT, False, 3.0),
     "SIGINT to the group": (signal.SIGINT, True, 3.0),
     "SIGTERM to the pid": (signal.SIGTERM, False, 3.0),

@@ -70,20 +70,23 @@ def watch_torchs_exit_folders() -> None:
     """Have the folders torch made at import in this process removed should it
     be killed (see ``_TORCH_EXIT_FOLDERS``); each is watched once. A process
     forked from this one does not watch this one's: they are not its own."""
-    for path in _torch_exit_folders() - _torch_folders_seen:
+    for path in torch_exit_folders() - _torch_folders_seen:
         _torch_folders_seen.add(path)
         _send(path)
 
 
-def _torch_exit_folders() -> set[str]:
-    """Those of ``_TORCH_EXIT_FOLDERS`` this process has (its modules imported)."""
+def torch_exit_folders() -> set[str]:
+    """Those of ``_TORCH_EXIT_FOLDERS`` this process has (its modules imported).
+
+    The rank server, which has no watcher of its own (it ends with the test
+    process), names its own to the test process, which watches them."""
     paths = (getattr(sys.modules.get(module_name), attribute, None)
              for module_name, attribute in _TORCH_EXIT_FOLDERS)
     return {path for path in paths if isinstance(path, str)}
 
 
 # A forked child has its parent's folders: they are not its own to watch.
-os.register_at_fork(after_in_child=lambda: _torch_folders_seen.update(_torch_exit_folders()))
+os.register_at_fork(after_in_child=lambda: _torch_folders_seen.update(torch_exit_folders()))
 
 
 def _send(path: str) -> None:

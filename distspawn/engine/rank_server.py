@@ -266,7 +266,12 @@ def _read_report(connection: socket.socket) -> dict[str, Any] | None:
         if not chunk:
             break
         data += chunk
-    return json.loads(data) if data.strip() else None
+    report = json.loads(data) if data.strip() else None
+    # The server's folders go with this process's: should a CI job's limit
+    # kill both at once, nothing of the server's is left (torch 2.8 makes one).
+    for path in (report or {}).get("exit_folders", []):
+        leftovers.remove_if_killed(path)
+    return report
 
 
 def _send_module_list(server: _Server, module: str | None) -> None:

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 import distspawn_rank_server
 
-from . import forked_exit, import_checks, successors
+from . import forked_exit, import_checks, leftovers, successors
 
 
 
@@ -98,7 +98,10 @@ def serve(preload_failures: dict[str, str]) -> None:
 
 def _send_report(connection: socket.socket, report: dict[str, Any]) -> None:
     # One line: the process a successor came from keeps the connection open
-    # for the next test module, so its end is not the report's.
+    # for the next test module, so its end is not the report's. It names the
+    # folders torch made at import here, for the test process to remove should
+    # everything be killed at once (the server's own exit removes them).
+    report["exit_folders"] = sorted(leftovers.torch_exit_folders())
     try:
         connection.sendall(json.dumps(report).encode() + b"\n")
     except OSError:
