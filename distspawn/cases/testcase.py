@@ -71,6 +71,11 @@ class _Mismatch(AssertionError):
     pass
 
 
+def _at(where: str) -> str:
+    # A mismatch's message starts with where in the values it was found, if inside.
+    return f"{where}: " if where else ""
+
+
 class _Comparison:
     """One assertEqual call: walks containers, compares leaves, says where they differ."""
 
@@ -100,12 +105,12 @@ class _Comparison:
             for index, (a, b) in enumerate(zip(x, y)):
                 self.compare(a, b, f"{where}[{index}]")
         elif not (x == y):
-            raise _Mismatch(f"{where + ': ' if where else ''}{x!r} != {y!r}")
+            raise _Mismatch(f"{_at(where)}{x!r} != {y!r}")
 
     def _numbers(self, x, y, where) -> None:
         if all(isinstance(v, (int, np.integer, np.bool_)) for v in (x, y)):
             if int(x) != int(y):
-                raise _Mismatch(f"{where + ': ' if where else ''}scalars are not equal: "
+                raise _Mismatch(f"{_at(where)}scalars are not equal: "
                                 f"{x!r} != {y!r}")
             return
         x, y = complex(x), complex(y)
@@ -118,7 +123,7 @@ class _Comparison:
         difference = abs(x - y)
         if not (cmath.isfinite(difference) and difference <= atol + rtol * abs(y)):
             xs, ys = (v.real if v.imag == 0 else v for v in (x, y))
-            raise _Mismatch(f"{where + ': ' if where else ''}scalars are not close: "
+            raise _Mismatch(f"{_at(where)}scalars are not close: "
                             f"{xs!r} != {ys!r} (atol={atol}, rtol={rtol})")
 
     def _tensors(self, x, y, where) -> None:
@@ -134,12 +139,12 @@ class _Comparison:
                 check_layout=self.exact_layout, check_stride=self.exact_stride,
             )
         except AssertionError as exc:
-            raise _Mismatch(f"{where + ': ' if where else ''}{exc}") from None
+            raise _Mismatch(f"{_at(where)}{exc}") from None
         except (TypeError, ValueError) as exc:
             # Values that cannot be compared (a DTensor against a plain tensor,
             # a tensor against a string): an error, as upstream's assertEqual
             # lets it through, not a failure.
-            raise type(exc)(f"{where + ': ' if where else ''}{exc}") from None
+            raise type(exc)(f"{_at(where)}{exc}") from None
 
     @staticmethod
     def _of_related_type(x, y):
@@ -171,7 +176,7 @@ class _Comparison:
                 return (number, tensor) if number_side == 0 else (tensor, number)
             if _is_number(number) and isinstance(tensor, torch.Tensor):
                 if tensor.numel() != 1:
-                    raise _Mismatch(f"{where + ': ' if where else ''}cannot compare a "
+                    raise _Mismatch(f"{_at(where)}cannot compare a "
                                     f"number with a tensor of {tensor.numel()} elements "
                                     f"(shape {tuple(tensor.shape)})")
                 value = tensor.item()
