@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 
 # Run with -I -S: nothing of the user's site, path or environment is imported.
 _WATCHER = r"""
@@ -66,11 +67,12 @@ def remove_if_killed(path: str) -> None:
     _send(path)
 
 
-def watch_torchs_exit_folders() -> None:
+def watch_torchs_exit_folders(named: Iterable[str] = ()) -> None:
     """Have the folders torch made at import in this process removed should it
-    be killed (see ``_TORCH_EXIT_FOLDERS``); each is watched once. A process
-    forked from this one does not watch this one's: they are not its own."""
-    for path in torch_exit_folders() - _torch_folders_seen:
+    be killed (see ``_TORCH_EXIT_FOLDERS``), and those ``named`` by a process
+    that ends with this one; each is watched once. A process forked from this
+    one does not watch this one's: they are not its own."""
+    for path in (torch_exit_folders() | set(named)) - _torch_folders_seen:
         _torch_folders_seen.add(path)
         _send(path)
 

@@ -269,8 +269,7 @@ def _read_report(connection: socket.socket) -> dict[str, Any] | None:
     report = json.loads(data) if data.strip() else None
     # The server's folders go with this process's: should a CI job's limit
     # kill both at once, nothing of the server's is left (torch 2.8 makes one).
-    for path in (report or {}).get("exit_folders", []):
-        leftovers.remove_if_killed(path)
+    leftovers.watch_torchs_exit_folders((report or {}).get("exit_folders", []))
     return report
 
 
