@@ -75,6 +75,7 @@ SWITCHED_MODULES = {
     "torch.testing._internal.distributed.fake_pg": "distspawn.fake_pg",
     "torch.testing._internal.distributed.checkpoint_utils": "distspawn.checkpoint_utils",
     "torch.testing._internal.distributed._shard.sharded_tensor": "distspawn.sharded_tensor",
+    "torch.testing._internal.distributed.rpc_utils": "distspawn.rpc_utils",
 }
 # What distspawn takes over from common_utils (the rest stays upstream's).
 SWITCHED_COMMON_UTILS = {"TestCase", "run_tests", "FILE_SCHEMA", "IS_SANDCASTLE",

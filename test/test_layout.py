@@ -26,7 +26,7 @@ PUBLIC_MODULES = ["distspawn", "distspawn.compat", "distspawn.distributed_test",
                   "distspawn.multi_threaded_pg", "distspawn.sharing", "distspawn.conformance",
                   "distspawn.private_apis", "distspawn_pytest", "distspawn.dtensor",
                   "distspawn.fsdp", "distspawn.fake_pg", "distspawn.checkpoint_utils",
-                  "distspawn.sharded_tensor"]
+                  "distspawn.sharded_tensor", "distspawn.rpc_utils"]
 
 
 def imports_of(path):
