@@ -19,6 +19,10 @@ from torch.testing._internal.distributed._tensor.common_dtensor import DTensorTe
 from torch.testing._internal.distributed._tensor.common_dtensor import (
     MLPModule, generate_shard_orders as orders)
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.testing._internal.distributed.rpc_utils import (
+    FAULTY_AGENT_TESTS,
+    generate_tests,
+)
 
 if True:
     from torch.testing._internal.common_fsdp import FSDPTest
@@ -37,6 +41,9 @@ def test_upstream_imports_become_distspawns_and_the_rest_stay():
     assert ("from distspawn.dtensor import MLPModule; from torch.testing._internal.distributed."
             "_tensor.common_dtensor import generate_shard_orders as orders") in switched
     assert "from distspawn.fake_pg import FakeStore" in switched
+    # README: torch RPC's suites are its own tests; the generator is harness.
+    assert ("from distspawn.rpc_utils import generate_tests; from torch.testing._internal."
+            "distributed.rpc_utils import FAULTY_AGENT_TESTS") in switched
     assert "    from distspawn.fsdp import FSDPTest\n" in switched
     assert switched.startswith("import os\n")
 
