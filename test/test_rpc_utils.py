@@ -88,3 +88,35 @@ def test_each_class_is_the_suite_on_the_fixture_on_distspawns_ranks():
     cls = made["AgentRpcSuite"]
     assert cls.__mro__[1:4] == (RpcSuite, Fixture, SpawnHelper)
     assert issubclass(cls, MultiProcessTestCase) and cls.__module__ == "callers_module"
+
+
+PROBE = """
+import unittest
+from distspawn.rpc_utils import generate_tests
+
+class Fixture:
+    pass
+
+class Suite:
+    def test_a(self):
+        raise AssertionError("no rank may start under dev-asan")
+
+made = generate_tests("Agent", Fixture, [Suite], "__main__")
+print("MADE", sorted(made))
+globals().update(made)
+unittest.main(argv=["probe", "-v"], exit=False)
+"""
+
+
+@pytest.mark.parametrize("sandcastle", [False, True])
+def test_under_dev_asan_no_rank_starts_as_on_upstream(sandcastle):
+    env = {"PYTORCH_TEST_WITH_DEV_DBG_ASAN": "1", **({"SANDCASTLE": "1"} if sandcastle else {})}
+    run = run_python(["-c", PROBE], env=env, timeout=120)
+    if sandcastle:  # upstream makes no class there, and says so
+        assert "MADE []" in run.output, run.output
+        assert "no AgentSuite on sandcastle under dev-asan" in run.output, run.output
+    else:  # the class is made, and its tests skip with upstream's reason
+        assert "MADE ['AgentSuite']" in run.output, run.output
+        assert ("skipped 'Skip ASAN as torch + multiprocessing spawn have known issues'"
+                in run.output), run.output
+    assert run.leftover_files == [] and run.leftover_pids == []
