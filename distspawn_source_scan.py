@@ -20,15 +20,17 @@ from typing import Any
 
 # Names that show a file runs its ranks as threads of the test process, and
 # the classes that start rank processes (test/test_pytest_plugin.py checks
-# that these name every such class distspawn exports). The local DTensor
-# bases (LocalDTensorTestBase, ...) run every rank in the test process: neither.
+# that these name every such class distspawn exports), with rpc_utils'
+# generate_tests, which makes such classes. The local DTensor bases
+# (LocalDTensorTestBase, ...) run every rank in the test process: neither.
 THREAD_RANK_NAMES = re.compile(
     rb"\b(?:MultiThreadedTestCase|spawn_threads_and_init_comms|threaded_world"
     rb"|FSDPTestMultiThread|(?:Local)?DTensorOpTestBase)\b")
 PROCESS_RANK_NAMES = re.compile(
     rb"\b(?:MultiProcessTestCase|MultiProcContinu?ousTest|DynamoDistributedMultiProcTestCase"
     rb"|DTensor(?:Continuous)?TestBase|FSDPTest(?:Continuous)?|DistributedTestBase"
-    rb"|DistributedTest|TestDistBackend|C10dTorchCommsTestBase)\b")
+    rb"|DistributedTest|TestDistBackend|C10dTorchCommsTestBase|ShardedTensorTestBase"
+    rb"|SpawnHelper|generate_tests)\b")
 
 
 # A device node of each kind of accelerator torch runs distributed tests on:

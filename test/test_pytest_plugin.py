@@ -383,7 +383,8 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
     from distspawn.cases.local_dtensor import runs_every_rank_here
 
     modules = ["distspawn", "distspawn.compat", "distspawn.dtensor", "distspawn.fsdp",
-               "distspawn.distributed_test", "distspawn.fake_pg"]
+               "distspawn.distributed_test", "distspawn.fake_pg", "distspawn.sharded_tensor",
+               "distspawn.rpc_utils"]
     found = {"processes": set(), "threads": set()}
     for module in map(importlib.import_module, modules):
         for name, obj in vars(module).items():
@@ -397,7 +398,8 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
                 found["processes"].add(name)
             elif issubclass(obj, MultiThreadedTestCase):
                 found["threads"].add(name)
-    assert {"DTensorTestBase", "FSDPTest", "TestDistBackend"} <= found["processes"]
+    assert {"DTensorTestBase", "FSDPTest", "TestDistBackend", "ShardedTensorTestBase",
+            "SpawnHelper"} <= found["processes"]
     assert "LocalDTensorTestBase" not in found["processes"]
     assert {"MultiThreadedTestCase", "FSDPTestMultiThread"} <= found["threads"]
     for kind, names in found.items():
