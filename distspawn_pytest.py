@@ -419,9 +419,18 @@ def _may_start_rank_processes(file_path: Any) -> bool:
         return False
     stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
     names_harness = b"distspawn" in text or (stand_in and b"torch.testing._internal" in text)
-    if not (names_harness and source_scan.PROCESS_RANK_NAMES.search(text)):
-        derived = source_scan.derives_from_rank_processes(text, str(file_path), stand_in,
-                                                          sys.path)
+    derived = source_scan.derives_from_rank_processes(text, str(file_path), stand_in, sys.path)
+    if names_harness and source_scan.PROCESS_RANK_NAMES.search(text):
+        # Named, and no class of the file derives from it (one imported for
+        # isinstance, a helper or a type hint): no rank is started, unless
+        # the file makes classes as it runs (rpc_utils' generate_tests,
+        # type(...), globals()), which the source does not show, or imports
+        # a rank class from the project (pytest collects it here too).
+        if derived is False and not source_scan.MAKES_CLASSES_AT_RUN_TIME.search(text) \
+                and source_scan.imports_a_rank_class(text, str(file_path), stand_in,
+                                                     sys.path) is False:
+            return False
+    else:
         # Where a base leads out of sight (an installed package, a star
         # import), a file naming distspawn is taken to start ranks unless it
         # names only the classes that run them as threads.

@@ -32,6 +32,9 @@ PROCESS_RANK_NAMES = re.compile(
     rb"|DistributedTest|TestDistBackend|C10dTorchCommsTestBase|ShardedTensorTestBase"
     rb"|SpawnHelper|generate_tests)\b")
 
+# Where a file makes its test classes as it runs (so its source shows none).
+MAKES_CLASSES_AT_RUN_TIME = re.compile(rb"\bgenerate_tests\b|\btype\(|\bglobals\(\)")
+
 
 # A device node of each kind of accelerator torch runs distributed tests on:
 # NVIDIA, AMD (ROCm), Intel (XPU; also any GPU with a render node), Habana and
@@ -288,6 +291,34 @@ def derives_from_rank_processes(text: bytes, path: str, stand_in: bool,
                     for node in _module_level_classes(module.body)])
 
 
+def imports_a_rank_class(text: bytes, path: str, stand_in: bool,
+                         search_path: list[str]) -> bool | None:
+    """Whether the file imports, from a module of the project, a class that starts ranks.
+
+    pytest collects a test class imported into a test file as one of the
+    file's own. The harness's own classes hold no tests and are not counted.
+    True, False, or None where a name leads where this cannot read (an
+    installed package, a star import).
+    """
+    module = parsed(text)
+    if module is None:
+        return None
+    roots = _search_roots(path, search_path)
+    verdicts: list[bool | None] = []
+    for node in _module_level(module.body):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = node.module or ""
+        if node.level == 0 and (source.split(".")[0] in _HARNESS_MODULES
+                                or source == _UPSTREAM_HARNESS
+                                or source.startswith(_UPSTREAM_HARNESS + ".")):
+            continue
+        for alias in node.names:
+            verdicts.append(None if alias.name == "*" else _imported_starts_ranks(
+                source, alias.name, node.level, path, roots, stand_in, 0))
+    return _any_of(verdicts)
+
+
 # Bases that are no rank class wherever they come from in practice: a file
 # whose classes derive from these alone (or that has no class with a base:
 # pytest's test functions and plain classes) is not parsed. pytest asks about
@@ -419,6 +450,9 @@ def _base_starts_ranks(base: Any, module: Any, path: str, roots: tuple[str, ...]
             if hops > _MAX_HOPS:
                 return None
             return _class_starts_ranks(local, module, path, roots, stand_in, hops + 1)
+        if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == head
+               for node in _module_level(module.body)):
+            return False  # a function: no class (an import of one is asked about)
         if head in imports and imports[head][1] is not None:
             source, original, level = imports[head]
             return _imported_starts_ranks(source, original, level, path, roots, stand_in, hops)

@@ -205,6 +205,22 @@ def test_a_file_naming_distspawn_only_for_helpers_starts_no_rank_server():
     assert run.leftover_pids == [] and run.leftover_files == []
 
 
+@pytest.mark.parametrize("upstream", ["0", "1"], ids=["distspawn", "stand-in"])
+def test_a_file_naming_a_rank_class_no_class_derives_from_starts_no_rank_server(upstream):
+    # The name alone started the server while pytest collected the file (both
+    # CPUs busy for about 3 s, for no rank: 5.95 s wall against 4.48 s with
+    # the plugin off, in the stand-in mode). Its source shows no class that
+    # derives from it, nor one made as the file runs.
+    if upstream == "1":
+        skip_unless_upstream_runs("rank_class_named_only.py")
+    extra = ["--distspawn-stand-in"] if upstream == "1" else []
+    run = pytest_run("rank_class_named_only.py", "-q", "-p", "no:cacheprovider",
+                     "-p", "count_server_starts", *extra, env={"UPSTREAM_HARNESS": upstream})
+    assert run.returncode == 0 and "1 passed" in run.output, run.output
+    assert "rank server starts: 0" in run.output, run.output
+    assert run.leftover_pids == [] and run.leftover_files == []
+
+
 def test_a_rank_class_from_the_projects_own_helpers_starts_the_server_early():
     # The file names neither distspawn nor a rank class: its base comes from
     # the project's helpers package, re-exported there (as torchao's tests
@@ -258,6 +274,29 @@ def test_the_early_start_guess_follows_bases_into_the_projects_modules(
     for mode, expected in ((False, without), (True, stand_in)):
         assert distspawn_source_scan.derives_from_rank_processes(
             text, str(test_file), mode, []) is expected, (files, mode)
+
+IMPORTED_CLASS_GUESSES = [
+    # (modules: path -> source, whether test_a.py imports a rank class pytest collects)
+    ({"test_a.py": "from distspawn import MultiProcessTestCase\n"}, False),
+    ({"test_a.py": "from helpers import Ranks\n",
+      "helpers.py": "from distspawn import MultiProcessTestCase\n"
+                    "class Ranks(MultiProcessTestCase): pass\n"}, True),
+    ({"test_a.py": "from helpers import plain\n", "helpers.py": "def plain(): pass\n"}, False),
+    ({"test_a.py": "from not_a_module_here import Ranks\n"}, None),
+]
+
+
+@pytest.mark.parametrize("files, expected", IMPORTED_CLASS_GUESSES)
+def test_the_early_start_guess_sees_a_rank_class_imported_from_the_project(
+        tmp_path, files, expected):
+    import distspawn_source_scan
+
+    for name, source in files.items():
+        (tmp_path / name).write_text(source)
+    test_file = tmp_path / "test_a.py"
+    assert distspawn_source_scan.imports_a_rank_class(
+        test_file.read_bytes(), str(test_file), False, []) is expected, files
+
 
 SKIP_GUESSES = [
     # (source, skips without an accelerator, skips with one)
