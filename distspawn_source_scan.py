@@ -309,9 +309,7 @@ def imports_a_rank_class(text: bytes, path: str, stand_in: bool,
         if not isinstance(node, ast.ImportFrom):
             continue
         source = node.module or ""
-        if node.level == 0 and (source.split(".")[0] in _HARNESS_MODULES
-                                or source == _UPSTREAM_HARNESS
-                                or source.startswith(_UPSTREAM_HARNESS + ".")):
+        if node.level == 0 and (_is_distspawn(source) or _is_upstream_harness(source)):
             continue
         for alias in node.names:
             verdicts.append(None if alias.name == "*" else _imported_starts_ranks(
@@ -496,9 +494,9 @@ def _imported_starts_ranks(source: str, name: str, level: int, path: str,
                            hops: int) -> bool | None:
     if level == 0:
         top = source.split(".")[0]
-        if top in _HARNESS_MODULES:
+        if _is_distspawn(source):
             return PROCESS_RANK_NAMES.fullmatch(name.encode()) is not None
-        if source == _UPSTREAM_HARNESS or source.startswith(_UPSTREAM_HARNESS + "."):
+        if _is_upstream_harness(source):
             return stand_in and PROCESS_RANK_NAMES.fullmatch(name.encode()) is not None
         if top == "torch" or top in sys.stdlib_module_names:
             return False
@@ -509,6 +507,14 @@ def _imported_starts_ranks(source: str, name: str, level: int, path: str,
     if module is None:
         return None
     return _base_starts_ranks(ast.Name(id=name), module, file, roots, stand_in, hops + 1)
+
+
+def _is_distspawn(dotted: str) -> bool:
+    return dotted.split(".")[0] in _HARNESS_MODULES
+
+
+def _is_upstream_harness(dotted: str) -> bool:
+    return dotted == _UPSTREAM_HARNESS or dotted.startswith(_UPSTREAM_HARNESS + ".")
 
 
 @functools.lru_cache(maxsize=1024)
