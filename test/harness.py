@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
+import pickle
 import re
 import select
 import signal
@@ -29,6 +31,38 @@ class RanPastTimeout(AssertionError):
 # How long ``python -S -c pass`` takes on this project's 2-core machine when
 # nothing else runs (median of 5: 4.8 ms, measured with load_factor's own code).
 QUIET_PYTHON_START_S = 0.005
+
+
+_COMPUTED: dict = {}
+
+
+def computed_once(tmp_path_factory, key: str, compute):
+    """``compute()``, worked out once per pytest run and shared.
+
+    A module-scoped fixture is worked out again on every xdist worker that runs
+    one of its tests, and again each time a worker comes back to the module
+    (worksteal interleaves modules): test_stalls' three-tier run was made five
+    times in one suite run. Under xdist the first worker to ask computes it
+    while the others wait on a lock in the run's shared temp folder, then read
+    it back (``compute`` must return something picklable). A compute that
+    raises (a skip, a timeout) stores nothing, so the next one asking tries.
+    """
+    if key not in _COMPUTED:
+        if not os.environ.get("PYTEST_XDIST_WORKER"):
+            _COMPUTED[key] = compute()
+        else:
+            # Each worker's basetemp is a folder of the controller's own, which
+            # is new for every run: nothing is shared between runs.
+            shared = tmp_path_factory.getbasetemp().parent
+            stored = shared / f"computed-{key}.pickle"
+            with open(shared / f"computed-{key}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if stored.exists():
+                    _COMPUTED[key] = pickle.loads(stored.read_bytes())
+                else:
+                    _COMPUTED[key] = compute()
+                    stored.write_bytes(pickle.dumps(_COMPUTED[key]))
+    return _COMPUTED[key]
 
 
 def load_factor() -> float:
@@ -224,10 +258,47 @@ def without_release_noise(output: str) -> str:
     return _RELEASE_NOISE.sub("", output)
 
 
+# Upstream's modules the tests ask about. Each costs its own import of torch
+# and common_utils (5-7 s of CPU) when probed alone, once per xdist worker;
+# probed together in one interpreter they cost about one.
+UPSTREAM_MODULES_ASKED_ABOUT = (
+    "torch.testing._internal.common_utils",
+    "torch.testing._internal.common_distributed",
+    "torch.testing._internal.common_fsdp",
+    "torch.testing._internal.distributed._tensor.common_dtensor",
+    "torch.testing._internal.distributed.fake_pg",
+    "torch.testing._internal.distributed.rpc_utils",
+)
+_PROBE = """
+import importlib, json, sys
+found = {}
+for module in sys.argv[1:]:
+    try:
+        found[module] = sorted(dir(importlib.import_module(module)))
+    except Exception:
+        found[module] = None
+print("PROBED " + json.dumps(found))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _upstream_names() -> dict[str, list[str] | None]:
+    """For each of UPSTREAM_MODULES_ASKED_ABOUT, the names it defines, or None
+    where it does not import; asked of one fresh interpreter, so the test
+    process never imports upstream's harness. {} if the probe itself died."""
+    probe = subprocess.run([sys.executable, "-c", _PROBE, *UPSTREAM_MODULES_ASKED_ABOUT],
+                           capture_output=True, text=True)
+    lines = [line for line in probe.stdout.splitlines() if line.startswith("PROBED ")]
+    return json.loads(lines[-1][len("PROBED "):]) if lines else {}
+
+
 @functools.lru_cache(maxsize=None)
 def upstream_module_imports(module: str) -> bool:
     """Whether ``module`` (one of upstream's harness modules) imports here, asked in
     a fresh interpreter so the test process does not import it."""
+    known = _upstream_names()
+    if module in known:
+        return known[module] is not None
     probe = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
     return probe.returncode == 0
 
@@ -237,6 +308,10 @@ def upstream_lacks(module: str, names: tuple[str, ...]) -> list[str]:
     """Which of ``names`` the installed release's ``module`` (upstream's) does not
     define: a file importing them cannot run on that release's harness, so a
     comparison with it is skipped, naming them. Asked in a fresh interpreter."""
+    defined = _upstream_names().get(module)
+    if defined is not None and set(names) <= set(defined):
+        return []
+    # Not probed, or a name dir() does not list: ask the module itself.
     probe = subprocess.run(
         [sys.executable, "-c", f"import json, {module} as m; "
          f"print(json.dumps([n for n in {list(names)!r} if not hasattr(m, n)]))"],

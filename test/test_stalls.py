@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import load_factor, run_python, upstream_module_imports
+from harness import computed_once, load_factor, run_python, upstream_module_imports
 from distspawn.engine import reduce_ops, stall
 
 ROWS = {
@@ -70,8 +70,7 @@ def run_tier(tier):
     return run
 
 
-@pytest.fixture(scope="module")
-def tables():
+def run_every_tier():
     # The three tiers run at once: each spends most of its minute waiting out
     # stall windows and the passing rows' sleeps, not on the CPUs.
     tiers = [t for t in TIERS if t != "stand-in" or upstream_module_imports(UPSTREAM)]
@@ -81,6 +80,11 @@ def tables():
     for run in runs.values():
         run.load = load
     return runs
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    return computed_once(tmp_path_factory, "stall-tiers", run_every_tier)
 
 
 @pytest.fixture(params=TIERS)
