@@ -5,7 +5,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TEST_COMMAND = "python -m pytest test -q -rs -n 3 --dist worksteal"
+TEST_COMMAND = "python -m pytest test -q -rs -n 2 --dist worksteal"
 SETUP_COMMAND = 'pip install torch==2.13.0 && pip install -e ".[test]"'
 
 
