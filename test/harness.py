@@ -308,9 +308,12 @@ def upstream_lacks(module: str, names: tuple[str, ...]) -> list[str]:
     """Which of ``names`` the installed release's ``module`` (upstream's) does not
     define: a file importing them cannot run on that release's harness, so a
     comparison with it is skipped, naming them. Asked in a fresh interpreter."""
-    defined = _upstream_names().get(module)
-    if defined is not None and set(names) <= set(defined):
-        return []
+    known = _upstream_names()
+    if module in known:
+        if known[module] is None:  # it does not import: it defines none of them
+            return list(names)
+        if set(names) <= set(known[module]):
+            return []
     # Not probed, or a name dir() does not list: ask the module itself.
     probe = subprocess.run(
         [sys.executable, "-c", f"import json, {module} as m; "
