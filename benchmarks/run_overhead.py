@@ -22,8 +22,15 @@ rank ran the test's body: upstream's harness starts fresh interpreters there
 (plugin off); the stand-in mode forks them from the rank server, started while
 pytest collected the file.
 
+``--threads`` runs a file of rank threads only (``MultiThreadedTestCase``
+worlds of 4 and 2 threads: device meshes, functional collectives, a backward
+through one, parametrized tests), beside one plain test, written for
+upstream's harness: a run that starts no rank process, where the stand-in
+mode swaps in distspawn's threaded world and starts no rank server.
+
     python benchmarks/run_overhead.py --rounds 5
     python benchmarks/run_overhead.py --rounds 5 --first-rank
+    python benchmarks/run_overhead.py --rounds 8 --threads
     python benchmarks/run_overhead.py --rounds 5 --file examples/test_allreduce.py
     python benchmarks/run_overhead.py --rounds 10 --timeout 60 --file .../test_functional_api.py
 """
@@ -90,6 +97,64 @@ class TwoRanks(MultiProcessTestCase):
 
     def test_rank_runs(self):
         stamp(f"rank{{self.rank}}")
+
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
+
+THREADS_FILE = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.device_mesh import DeviceMesh
+from torch.testing._internal.common_distributed import MultiThreadedTestCase
+from torch.testing._internal.common_utils import (
+    TestCase, instantiate_parametrized_tests, parametrize, run_tests)
+
+
+class OnThreads(MultiThreadedTestCase):
+    def setUp(self):
+        super().setUp()
+        self._spawn_threads()
+
+
+@instantiate_parametrized_tests
+class FourThreads(OnThreads):
+    world_size = 4
+
+    @parametrize("size", [1, 2, 3, 4, 5])
+    def test_sum_over_a_flat_mesh(self, size):
+        mesh = DeviceMesh("cpu", torch.arange(4))
+        total = funcol.all_reduce(torch.ones(size), "sum", mesh)
+        self.assertEqual(total, torch.full((size,), 4.0))
+
+    @parametrize("size", [1, 2, 3, 4, 5])
+    def test_gather_along_one_dim_of_a_square_mesh(self, size):
+        mesh = DeviceMesh("cpu", torch.arange(4).view(2, 2))
+        gathered = funcol.all_gather_tensor(torch.ones(size), 0, (mesh, 0))
+        self.assertEqual(gathered, torch.ones(2 * size))
+
+    def test_rank_0_broadcasts(self):
+        mine = torch.ones(3) if dist.get_rank() == 0 else torch.zeros(3)
+        mesh = DeviceMesh("cpu", torch.arange(4))
+        self.assertEqual(funcol.broadcast(mine, 0, mesh), torch.ones(3))
+
+
+class TwoThreads(OnThreads):
+    world_size = 2
+
+    def test_backward_through_a_sum(self):
+        x = torch.rand(4, requires_grad=True)
+        funcol.all_reduce(x, "sum", dist.group.WORLD).sum().backward()
+        self.assertIsNotNone(x.grad)
+
+
+class NoWorld(TestCase):
+    def test_meta_tensors_keep_their_shape(self):
+        x = torch.rand((2, 3), device="meta")
+        self.assertEqual(funcol.all_reduce(x, "sum", "0").size(), x.size())
 
 
 if __name__ == "__main__":
@@ -182,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-rank", action="store_true",
                         help="run a file whose one test starts two ranks, and add how long "
                              "its first rank took to start (see above)")
+    parser.add_argument("--threads", action="store_true",
+                        help="run a file of rank threads only (see above)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each mode (default 3)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds after which a run is ended and counted as hung "
@@ -189,8 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds={args.rounds}: give a whole number >= 1")
-    if args.first_rank and args.file:
-        parser.error("--first-rank runs its own file: give --file or --first-rank, not both")
+    chosen = [flag for flag, on in (("--file", args.file), ("--first-rank", args.first_rank),
+                                    ("--threads", args.threads)) if on]
+    if len(chosen) > 1:
+        parser.error(f"{' and '.join(chosen)}: each names the file to run; give one of them")
     if args.timeout <= 0:
         parser.error(f"--timeout={args.timeout}: give a number of seconds > 0")
     with tempfile.TemporaryDirectory(prefix="ds-bench-") as tmp:
@@ -199,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.first_rank:
             test_file = Path(tmp) / "test_two_ranks.py"
             test_file.write_text(FIRST_RANK_FILE)
+        elif args.threads:
+            test_file = Path(tmp) / "test_rank_threads.py"
+            test_file.write_text(THREADS_FILE)
         else:
             test_file = Path(tmp) / "test_no_rank.py"
             test_file.write_text(DEFAULT_FILE)
