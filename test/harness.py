@@ -234,11 +234,17 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
             end_marked(proc, marker)
             raise
         elapsed = time.monotonic() - started
+        # What the run started gets its settling time before the files are
+        # listed: a test process that ended by os._exit (pytest-timeout's thread
+        # method) leaves its ranks' files to its watcher (engine.leftovers), which
+        # removes them as it ends, just after the test process; on a loaded
+        # machine, after the output's pipe closed.
+        still_running = processes_with_marker(marker)
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
                            if not is_torch_cache(p.relative_to(tmp))
                            and not is_torch_import_folder(Path(tmp), p.relative_to(tmp)))
     return Run(proc.returncode, without_release_noise(output), leftovers,
-               processes_with_marker(marker), elapsed)
+               still_running, elapsed)
 
 
 # Lines older releases print from every rank, which can land in the middle of
