@@ -1,5 +1,6 @@
 """Nothing outlives its test: processes, temp dirs, store files; Ctrl-C ends the ranks."""
 
+import multiprocessing
 import os
 import re
 import select
@@ -7,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -178,6 +180,52 @@ def test_an_exception_that_stops_the_wait_says_where_each_rank_was_and_lets_them
     # the class waits for them until its own timeout.
     assert run.verdict_line("test_next").endswith("ok"), run.output
     assert run.leftover_files == [] and run.leftover_pids == [], run.output
+
+
+@pytest.mark.parametrize("tier", ["fresh", "reused"])
+def test_a_rank_still_at_work_on_its_unwinding_gets_past_the_first_second(tier):
+    # On a loaded machine a rank's finally and with blocks can take longer than
+    # the 1 s an interrupted rank gets (CI saw both ranks' folders left). One
+    # that is visibly at work (running, or waiting for the disk) gets longer.
+    run = run_python(["stopped_by_exception.py", "-v"],
+                     env={"STOPPED_TIER": tier, "STOPPED_UNWIND": "busy"}, timeout=120)
+    assert "StoppedByPlugin: the wait was stopped by a plugin's timeout\n" in run.output, \
+        run.output
+    assert run.verdict_line("test_next").endswith("ok"), run.output
+    assert run.leftover_files == [] and run.leftover_pids == [], run.output
+
+
+def _asleep_through_interrupts():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Event().wait()
+
+
+def test_an_interrupted_rank_asleep_in_a_wait_is_ended_after_the_grace_not_the_limit():
+    # Ranks hung in a collective sleep in native code an interrupt cannot end:
+    # a Ctrl-C or a plugin's timeout ends them after INTERRUPT_GRACE_S, as
+    # before, not after UNWIND_LIMIT_S.
+    from distspawn.engine import ending
+
+    asleep = multiprocessing.get_context("fork").Process(target=_asleep_through_interrupts)
+    asleep.start()
+    try:
+        deadline = time.monotonic() + 30
+        while ending.scheduler_state(asleep.pid) != "S" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ending.scheduler_state(asleep.pid) == "S"
+        assert ending.scheduler_state(os.getpid()) == "R"
+        started = time.monotonic()
+        try:
+            raise KeyboardInterrupt  # end_processes interrupts first only while one stops us
+        except KeyboardInterrupt:
+            ending.end_processes([asleep])
+        took = time.monotonic() - started
+    finally:
+        asleep.kill()
+        asleep.join()
+    assert asleep.exitcode == -signal.SIGTERM
+    assert ending.INTERRUPT_GRACE_S <= took < ending.UNWIND_LIMIT_S - 1, took
+    assert ending.scheduler_state(asleep.pid) is None
 
 
 @pytest.mark.parametrize("tier, start_method", [("fresh", "forkserver"), ("fresh", "fork"),

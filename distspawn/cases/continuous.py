@@ -42,8 +42,8 @@ from ..engine.capacity import check_rank_capacity, validate_world_size
 from .empty_world import declared_world_size, ranks_to_start
 from ..engine.rank_threads import rank_environment
 from .multiprocess import start_failure_hint
-from ..engine.supervisor import (RankProcess, RankSupervisor, end_processes, log_size,
-                                 wait_for_exits)
+from ..engine.ending import end_processes, wait_for_exits
+from ..engine.supervisor import RankProcess, RankSupervisor, log_size
 from .testcase import RankDispatchingTestCase, rerun_command, run_tests, set_rng_seed
 from ..engine.worker import RankFiles
 from .class_ref import class_ref

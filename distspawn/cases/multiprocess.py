@@ -39,7 +39,8 @@ from ..fixtures.environment import (
 )
 from ..engine.protocol import Event, RankReport, ReportStatus
 from ..fixtures.skips import TEST_SKIPS
-from ..engine.supervisor import RankProcess, RankSupervisor, end_processes
+from ..engine.ending import end_processes
+from ..engine.supervisor import RankProcess, RankSupervisor
 from .testcase import RankDispatchingTestCase, rerun_command, set_rng_seed
 from ..engine.verdict import (
     RankFailure,

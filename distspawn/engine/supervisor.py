@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
-import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -29,6 +27,7 @@ from typing import Callable
 
 from . import stall
 from .crash_text import drop_frames, python_crash_stack, split_native_dump, trim_native_dump
+from .ending import end_processes
 from .protocol import DEPARTING, LEAVE, Event, RankReport, ReportStatus
 from .verdict import RankOutcome, where_ranks_were
 from .worker import STACK_DUMP_SIGNAL, RankFiles, is_harness_frame
@@ -38,12 +37,6 @@ logger = logging.getLogger(__name__)
 # After the first decisive rank, how long the others may still report (so that
 # several ranks failing together are all named) before they are ended.
 FAILURE_GRACE_S = 0.5
-# How long ranks get to exit after SIGTERM before SIGKILL.
-TERMINATE_GRACE_S = 3.0
-# A test process stopped by an exception (Ctrl-C, SIGTERM, a pytest-timeout):
-# how long ranks get to unwind from an interrupt (their finally and with
-# blocks) before SIGTERM.
-INTERRUPT_GRACE_S = 1.0
 # How long ranks get to write their stacks after the request.
 STACK_WAIT_S = 3.0
 OUTPUT_TAIL_LINES = 40
@@ -429,50 +422,6 @@ def _legacy_error(control: Connection) -> str | None:
     except (EOFError, OSError):
         pass
     return None
-
-
-def wait_for_exits(processes: list[BaseProcess], timeout: float) -> None:
-    """Wait until every given process has exited, or ``timeout`` seconds have
-    passed: each gets the whole time (``wait()`` alone returns at the first exit)."""
-    stop_by = time.monotonic() + timeout
-    pending = [p.sentinel for p in processes]
-    while pending and (left := stop_by - time.monotonic()) > 0:
-        for ready in wait(pending, timeout=left):
-            pending.remove(ready)
-
-
-def end_processes(processes: list[BaseProcess]) -> None:
-    """SIGTERM the given live processes, SIGKILL what is left after a grace, reap all.
-
-    Called while an exception stops the test process (Ctrl-C; SIGTERM, which
-    distspawn raises as KeyboardInterrupt; pytest-timeout's ``Failed:
-    Timeout``), the processes are interrupted first and given
-    :data:`INTERRUPT_GRACE_S` to unwind. A verdict (a rank failed, the
-    deadline passed) ends them as upstream's harness does, with SIGTERM.
-    """
-    live = [p for p in processes if p.exitcode is None]
-    if live and sys.exc_info()[1] is not None:
-        # A terminal's Ctrl-C reaches every process of its group, and upstream's
-        # ranks unwind from it: a temporary folder a rank holds in a with block
-        # is removed. SIGTERM's default ends a rank on the spot, so before it
-        # they get the interrupt too (it reaches them twice after a Ctrl-C;
-        # worker.interrupt_once counts one) and a moment to act on it. A rank
-        # blocked in native code (a collective) acts on it only once that
-        # returns: it is ended after the grace as before.
-        for process in live:
-            try:
-                os.kill(process.pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        wait_for_exits(live, INTERRUPT_GRACE_S)
-        live = [p for p in live if p.exitcode is None]
-    for process in live:
-        process.terminate()
-    wait_for_exits(live, TERMINATE_GRACE_S)
-    for process in live:
-        if process.exitcode is None:
-            process.kill()
-        process.join()
 
 
 def collect_stacks(ranks: list[RankProcess]) -> dict[int, str]:

@@ -317,7 +317,7 @@ def interrupt_once() -> None:
 
     A Ctrl-C at a terminal reaches a rank twice: from the terminal (a rank is
     in the test process's group) and from the test process, which interrupts
-    its ranks as it stops (``supervisor.end_processes``). The second, raised
+    its ranks as it stops (``ending.end_processes``). The second, raised
     while the rank is unwinding from the first, would cut its finally and
     with blocks short. Further apart, each SIGINT interrupts, as Python's own
     handler does. A handler the rank's code set is left alone.

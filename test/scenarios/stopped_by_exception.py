@@ -5,7 +5,8 @@ in the test process while its ranks still run. Here a thread of the test
 process sends SIGALRM once both ranks are inside a temporary folder of their
 own; the handler raises. The ranks must unwind (their with blocks remove the
 folders) before they are ended, and the next test runs. STOPPED_TIER=fresh
-(default) or reused.
+(default) or reused. STOPPED_UNWIND=busy: each rank works for longer than the
+1 s grace before its with block ends, as a rank on a loaded machine may.
 """
 
 import os
@@ -20,6 +21,7 @@ from distspawn import run_tests
 from two_ranks import TwoRankReusedTestCase, TwoRankTestCase
 
 READY_VAR = "STOPPED_READY_DIR"  # made by the test process, inherited by its ranks
+BUSY_UNWIND_S = 2.5
 
 
 class StoppedByPlugin(Exception):
@@ -42,8 +44,14 @@ def _alarm_once_ranks_are_ready(ready_dir):
 class Rows:
     def test_hang(self):
         with tempfile.TemporaryDirectory(prefix="rank-own-"):
-            os.mkdir(os.path.join(os.environ[READY_VAR], str(self.rank)))
-            time.sleep(120)
+            try:
+                os.mkdir(os.path.join(os.environ[READY_VAR], str(self.rank)))
+                time.sleep(120)
+            finally:
+                if os.environ.get("STOPPED_UNWIND") == "busy":
+                    stop = time.monotonic() + BUSY_UNWIND_S
+                    while time.monotonic() < stop:
+                        pass
 
     def test_next(self):
         # Runs after test_hang: reused ranks were ended with it, and new ones
