@@ -160,12 +160,18 @@ def test_a_stopped_test_process_leaves_no_rank_and_no_file(tier, start_method, s
         assert files == ["pids"]
 
 
-@pytest.mark.parametrize("tier", ["fresh", "reused"])
-def test_an_exception_that_stops_the_wait_says_where_each_rank_was_and_lets_them_unwind(tier):
+@pytest.mark.parametrize("tier, sigint", [("fresh", "default"), ("reused", "default"),
+                                          ("fresh", "ignored"), ("reused", "ignored")])
+def test_an_exception_that_stops_the_wait_says_where_each_rank_was_and_lets_them_unwind(
+        tier, sigint):
     # pytest-timeout's signal method raises in the test process while its ranks
     # run, and dumps only that process's stacks: the exception carries each
-    # rank's, and the ranks' own with blocks still remove their folders.
-    run = run_python(["stopped_by_exception.py", "-v"], env={"STOPPED_TIER": tier},
+    # rank's, and the ranks' own with blocks still remove their folders. Also
+    # where the test process ignores SIGINT, as a CI script's "pytest &" does:
+    # both ranks' folders were left there, each rank ignoring the interrupt.
+    run = run_python(["stopped_by_exception.py", "-v"],
+                     env={"STOPPED_TIER": tier,
+                          "STOPPED_SIGINT_IGNORED": "1" if sigint == "ignored" else "0"},
                      timeout=120)
     shown = "StoppedByPlugin: the wait was stopped by a plugin's timeout\n"
     assert shown in run.output, run.output

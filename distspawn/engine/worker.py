@@ -320,9 +320,13 @@ def interrupt_once() -> None:
     its ranks as it stops (``ending.end_processes``). The second, raised
     while the rank is unwinding from the first, would cut its finally and
     with blocks short. Further apart, each SIGINT interrupts, as Python's own
-    handler does. A handler the rank's code set is left alone.
+    handler does. A handler the rank's code set is left alone. SIGINT ignored
+    is taken over too: a test process started in the background by a shell
+    without job control (``pytest &`` in a CI script) inherits it ignored, and
+    so do its ranks, which could then never be asked to unwind.
     """
-    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_sigint):
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_sigint,
+                                           signal.SIG_IGN):
         signal.signal(signal.SIGINT, _on_sigint)
 
 

@@ -7,6 +7,8 @@ own; the handler raises. The ranks must unwind (their with blocks remove the
 folders) before they are ended, and the next test runs. STOPPED_TIER=fresh
 (default) or reused. STOPPED_UNWIND=busy: each rank works for longer than the
 1 s grace before its with block ends, as a rank on a loaded machine may.
+STOPPED_SIGINT_IGNORED=1: the test process ignores SIGINT, as one started in
+the background by a shell without job control does, and its ranks inherit it.
 """
 
 import os
@@ -69,6 +71,8 @@ else:
 
 
 if __name__ == "__main__":
+    if os.environ.get("STOPPED_SIGINT_IGNORED") == "1":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ[READY_VAR] = tempfile.mkdtemp(prefix="ready-")
     signal.signal(signal.SIGALRM, _raise_on_alarm)
     threading.Thread(target=_alarm_once_ranks_are_ready, args=(os.environ[READY_VAR],),
