@@ -443,7 +443,7 @@ def _may_start_rank_processes(file_path: Any) -> bool:
     return not source_scan.rank_tests_all_skip(text, source_scan.accelerator_device_present())
 
 
-def _start_rank_server_early() -> tuple[socket.socket, str] | None:
+def _start_rank_server_early() -> tuple[Any, str] | None:
     # distspawn.engine.rank_server's hand-over, without importing torch.
     import multiprocessing
 

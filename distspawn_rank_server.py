@@ -20,18 +20,27 @@ server saw variables no rank has.)
 from __future__ import annotations
 
 import atexit
+import hmac
 import json
 import os
+import secrets
 import socket
+import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 SERVER_VAR = "DISTSPAWN_RANK_SERVER"  # "1" in the server's start alone: this is it
-ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"  # a JSON file: the environment to take
-LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # where the test modules are told
+# A JSON file, 0600 in multiprocessing's 0700 folder: the environment to take,
+# and the secret the server greets the test process with.
+ENVIRON_VAR = "DISTSPAWN_SERVER_ENVIRON"
+LIST_SOCKET_VAR = "DISTSPAWN_WARM_LIST_SOCKET"  # where the test modules are told (a path)
 LIST_WAIT_S = 120.0  # for the server to ask for the modules, once its own imports are done
+GREETING_WAIT_S = 10.0  # for a connection to the hand-over to say who it is
+# A Unix socket's peer, as the kernel tells it (SO_PEERCRED): pid, uid, gid.
+_PEER_CREDENTIALS = struct.Struct("3i")
 # Set by pytest for each test: no import could have depended on its value.
 PER_TEST_VARIABLES = ("PYTEST_CURRENT_TEST",)
 # Set in the server alone, where the test process has not set them. With it,
@@ -129,15 +138,21 @@ def _take_test_process_environ() -> None:
         return
     try:
         with open(path) as f:
-            environ = json.load(f)
+            hand_over = json.load(f)
         os.remove(path)
     except (OSError, ValueError):
         return  # the test process checks the server's records either way
+    environ = hand_over.get("environ") if isinstance(hand_over, dict) else None
+    token = hand_over.get("token") if isinstance(hand_over, dict) else None
+    if not (isinstance(environ, dict) and isinstance(token, str)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in environ.items())):
+        return  # not the test process's: nothing taken, and the server never asks
     list_socket = os.environ.get(LIST_SOCKET_VAR)
     os.environ.clear()
     os.environ.update(environ)
     if list_socket:  # for the server alone: never in the environment it imports with
         _server_settings["list_socket"] = list_socket
+        _server_settings["token"] = token
 
 
 def _look_like_a_rank_process() -> None:
@@ -198,8 +213,52 @@ def serve_from_this_process() -> None:
 
 
 def list_socket_name() -> str | None:
-    """The abstract socket the test process tells the test modules on, if any."""
+    """The socket's path the test process tells the test modules on, if any."""
     return _server_settings.get("list_socket")
+
+
+def peer_credentials(connection: socket.socket) -> tuple[int, int]:
+    """The (pid, uid) of the process at the other end of a Unix socket, as the
+    kernel saw it connect (or, for a listening socket's peer, listen)."""
+    data = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                 _PEER_CREDENTIALS.size)
+    pid, uid, _gid = _PEER_CREDENTIALS.unpack(data)
+    return pid, uid
+
+
+def parent_pid_of(pid: int) -> int | None:
+    """``pid``'s parent, read from ``/proc`` (None: gone, or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def connect_to_test_process() -> socket.socket | None:
+    """In the server: the hand-over's connection, greeted with the secret
+    (None: no hand-over, or the socket is not the test process's).
+
+    The socket is in a folder only the user can enter; the peer must be this
+    server's parent, of this uid, besides: a listener another process put
+    there is never told anything, nor believed.
+    """
+    name, token = list_socket_name(), _server_settings.get("token")
+    if name is None or token is None:
+        return None
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(name)
+        if peer_credentials(connection) != (os.getppid(), os.getuid()):
+            raise ConnectionRefusedError("not the test process")
+        connection.sendall(json.dumps({"greeting": token}).encode() + b"\n")
+    except OSError:
+        connection.close()
+        return None  # the test process left before the server was ready
+    return connection
 
 
 # -- in the test process ----------------------------------------------------
@@ -207,16 +266,23 @@ def list_socket_name() -> str | None:
 class ModuleListChannel:
     """The test process's end of the socket the server is told the test modules on.
 
-    The server connects once its own preload (torch, distspawn) is done, and
-    reads one JSON line at a time: optionally a guess (``{"guess": ...}``, see
-    :meth:`offer_guess`), then the list itself, which the test process sends
-    once it knows it (pytest: after collection) before shutting its side.
+    The server connects once its own preload (torch, distspawn) is done and
+    greets this process with the secret it was handed in the environment file;
+    it then reads one JSON line at a time: optionally a guess (``{"guess":
+    ...}``, see :meth:`offer_guess`), then the list itself, which the test
+    process sends once it knows it (pytest: after collection) before shutting
+    its side. A connection from any other process is refused unheard: not of
+    this uid, not this process's child, or without the secret. Each refusal is
+    kept in :attr:`refused`, for the run to say so once.
     """
 
-    def __init__(self, listening: socket.socket) -> None:
+    def __init__(self, listening: socket.socket, token: str) -> None:
         self._listening = listening
+        self._path = listening.getsockname()
+        self._token = token
         self._connection: socket.socket | None = None
         self._guesser: threading.Thread | None = None
+        self.refused: list[str] = []  # one line for each connection refused
 
     def offer_guess(self, guess: Callable[[], dict[str, Any] | None],
                     wait_s: float = LIST_WAIT_S) -> None:
@@ -251,12 +317,48 @@ class ModuleListChannel:
         return self._connection
 
     def _accept(self, wait_s: float) -> socket.socket | None:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._listening.settimeout(max(deadline - time.monotonic(), 0.001))
+                connection, _ = self._listening.accept()
+            except OSError:  # timed out, or closed (the server is gone)
+                return None
+            why_not = self._why_not_the_server(connection)
+            if why_not is None:
+                self._connection = connection
+                return connection
+            self.refused.append(why_not)
+            connection.close()
+
+    def _why_not_the_server(self, connection: socket.socket) -> str | None:
+        # Checked before a byte is sent: the peer's uid and pid as the kernel
+        # tells them, then its greeting (the secret from the environment file).
         try:
-            self._listening.settimeout(wait_s)
-            self._connection, _ = self._listening.accept()
-        except OSError:  # timed out, or closed (the server is gone)
-            return None
-        return self._connection
+            pid, uid = peer_credentials(connection)
+        except OSError as e:
+            return f"a connection whose peer could not be told ({e})"
+        who = f"pid {pid}, uid {uid}"
+        if uid != os.getuid():
+            return f"a connection from another user ({who})"
+        if parent_pid_of(pid) != os.getpid():
+            return f"a connection from a process this test process did not start ({who})"
+        line = b""
+        connection.settimeout(GREETING_WAIT_S)
+        try:
+            while not line.endswith(b"\n") and len(line) <= 4096:
+                chunk = connection.recv(4096 - len(line) + 1)
+                if not chunk:
+                    break
+                line += chunk
+            greeting = json.loads(line)
+        except (OSError, ValueError):
+            greeting = None
+        token = greeting.get("greeting") if isinstance(greeting, dict) else None
+        if not isinstance(token, str) or not hmac.compare_digest(token, self._token):
+            return f"a connection without the rank server's secret ({who})"
+        connection.settimeout(None)
+        return None
 
     def close(self) -> None:
         """Stop waiting for the server (a thread blocked in accept wakes up)."""
@@ -265,34 +367,80 @@ class ModuleListChannel:
         except OSError:
             pass
         self._listening.close()
+        try:
+            os.remove(self._path)
+        except (OSError, TypeError):
+            pass  # gone with multiprocessing's folder already
+
+
+ABSTRACT_FORKSERVER = (
+    "this Python's forkserver listens on an abstract socket, which any local user can connect "
+    "to (CVE-2022-42919; Python 3.11.1 and later use a private folder), so no rank is forked "
+    "from it")
+
+
+def forkserver_socket_is_abstract() -> bool:
+    """Whether multiprocessing's forkserver would listen on an abstract socket
+    (Python 3.11.0), which has no permissions: then it must not be started."""
+    import multiprocessing.connection
+
+    keep_socket_folder_short()  # (asking makes multiprocessing's folder)
+    return multiprocessing.connection.arbitrary_address("AF_UNIX").startswith("\0")
+
+
+def private_folder() -> str:
+    """multiprocessing's folder for this process (where the forkserver's
+    socket goes), checked to be this user's alone: the hand-over lives there.
+
+    Raises ``OSError`` where it is not (another user made it, or opened it).
+    """
+    import multiprocessing.util
+
+    keep_socket_folder_short()
+    if forkserver_socket_is_abstract():
+        raise PermissionError(ABSTRACT_FORKSERVER)
+    folder = multiprocessing.util.get_temp_dir()
+    info = os.lstat(folder)
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not os.path.isdir(folder) \
+            or os.path.islink(folder):
+        raise PermissionError(f"{folder} is not a folder only this user can enter")
+    return folder
 
 
 def start_server(preload: list[str]) -> tuple[ModuleListChannel, str]:
     """Start multiprocessing's forkserver with ``preload``, on this hand-over.
 
-    Linux only (an abstract socket: nothing on disk). Returns where the
-    server will ask for the test modules, and the environment file it
-    removes once read. Raises ``OSError`` where the server cannot start,
-    leaving nothing behind.
+    Linux only (``SO_PEERCRED``). The hand-over's socket and the environment
+    file are in multiprocessing's own folder, which only this user can
+    enter (0700), and removed with it. Returns where the server will ask for
+    the test modules, and the environment file it removes once read. Raises
+    ``OSError`` where the server cannot start, leaving nothing behind.
     """
     import multiprocessing.forkserver
-    import tempfile
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
-    name = f"distspawn-warm-{os.getpid()}-{os.urandom(6).hex()}"
+    folder = private_folder()
+    tag = secrets.token_hex(4)
+    socket_path = os.path.join(folder, f"dslist-{tag}")
+    environ_path = os.path.join(folder, f"dsenv-{tag}.json")
+    token = secrets.token_hex(16)
     listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listening.bind("\0" + name)
-    listening.listen(1)
-    fd, environ_path = tempfile.mkstemp(prefix="distspawn-environ-", suffix=".json")
-    with os.fdopen(fd, "w") as out:
-        json.dump(dict(os.environ), out)
     try:
-        ensure_server_running({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: name})
+        listening.bind(socket_path)
+        listening.listen(8)
+        fd = os.open(environ_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"environ": dict(os.environ), "token": token}, out)
+        ensure_server_running({ENVIRON_VAR: environ_path, LIST_SOCKET_VAR: socket_path})
     except BaseException:
         listening.close()
-        os.remove(environ_path)
+        for path in (socket_path, environ_path):
+            try:
+                os.remove(path)
+            except OSError:
+                pass
         raise
-    return ModuleListChannel(listening), environ_path
+    return ModuleListChannel(listening, token), environ_path
 
 
 def keep_socket_folder_short() -> None:

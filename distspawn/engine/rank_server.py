@@ -45,7 +45,7 @@ from typing import Any
 
 import distspawn_rank_server
 
-from . import leftovers
+from . import leftovers, server_report
 
 # What the forkserver imports once: the script being run (as multiprocessing
 # does by default), the environment hand-over, then everything a rank needs.
@@ -71,6 +71,9 @@ class _Server:
         self.answered = threading.Event()
         self.reports = channel is not None  # no protocol (not Linux): nothing to check
         self.fits: dict[str, str] | None = None  # the last environment found to fit it
+        self.malformed: str | None = None  # why its last report was refused whole
+        # What to tell the run, once, from the thread that starts ranks.
+        self.notes: list[str] = []
         # A process forked from this one (pytest-forked forks one per test)
         # inherits this object, but not the threads that talk to the server,
         # which answers this process alone: it must not wait on it.
@@ -150,13 +153,18 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
         if not more_to_come:
             _send_module_list(_server, first)
         return
+    if _spawn_instead is not None:
+        return
+    if distspawn_rank_server.forkserver_socket_is_abstract():
+        _fall_back_to_spawn(distspawn_rank_server.ABSTRACT_FORKSERVER)
+        return
     check_rank_server_address()
     _start(first, send_now=not more_to_come)
 
 
 def _start(module: str | None, send_now: bool) -> None:
     global _server
-    if not sys.platform.startswith("linux"):  # no abstract sockets: no test modules
+    if not sys.platform.startswith("linux"):  # no SO_PEERCRED to check the hand-over: no test modules
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
         distspawn_rank_server.ensure_server_running()
         _server = _Server(None, None)
@@ -257,8 +265,9 @@ def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message).encode() + b"\n"
 
 
-def _read_report(connection: socket.socket) -> dict[str, Any] | None:
-    # One JSON line (None: the server ended first).
+def _read_report(connection: socket.socket, server: _Server) -> dict[str, Any] | None:
+    # One JSON line, checked field by field (None: the server ended first, or
+    # sent something else, and server.malformed says what).
     connection.settimeout(REPORT_WAIT_S)
     data = b""
     while not data.endswith(b"\n"):
@@ -266,10 +275,26 @@ def _read_report(connection: socket.socket) -> dict[str, Any] | None:
         if not chunk:
             break
         data += chunk
-    report = json.loads(data) if data.strip() else None
+    if not data.strip():
+        return None
+    try:
+        report = server_report.parse_report(data)
+    except server_report.MalformedReport as e:
+        server.malformed = str(e)
+        return None
     # The server's folders go with this process's: should a CI job's limit
     # kill both at once, nothing of the server's is left (torch 2.8 makes one).
-    leftovers.watch_torchs_exit_folders((report or {}).get("exit_folders", []))
+    # Only folders torch could have made: a path is removed on no one's word.
+    accepted = []
+    for path in report["exit_folders"]:
+        why_not = server_report.exit_folder_refusal(path)
+        if why_not is None:
+            accepted.append(path)
+        else:
+            server.notes.append(f"the rank server named {path!r} to be removed should the run be "
+                                f"killed, which is not a folder torch makes ({why_not}); it is "
+                                "left alone")
+    leftovers.watch_torchs_exit_folders(accepted)
     return report
 
 
@@ -290,10 +315,12 @@ def _send_module_list(server: _Server, module: str | None) -> None:
             if connection is None:
                 return
             connection.sendall(request)
-            server.report = _read_report(connection)
+            server.report = _read_report(connection, server)
         except (OSError, ValueError):
             pass
         finally:
+            server.notes.extend(f"refused {why} to the rank server's hand-over"
+                                for why in channel.refused)
             channel.close()
             server.connection = connection  # kept where the server can switch
             if server.switchable():
@@ -315,9 +342,11 @@ def _switch(module: str | None) -> bool:
     server.report = server.fits = None
     try:
         server.connection.sendall(_request(server, module))
-        server.report = _read_report(server.connection)
+        server.report = _read_report(server.connection, server)
     except (OSError, ValueError):
         pass
+    if server.malformed is not None:
+        _fall_back_to_spawn(_malformed_text(server))
     if server.report is None:
         return False
     _send_prepare(server, _prepare_next(server.module))
@@ -398,10 +427,13 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
     """What the server must be restarted without ("preload": with ``environ``),
     or None where it fits ``environ`` (or ranks must start afresh instead)."""
     report = server.report
+    while server.notes:
+        _say_once(server.notes.pop(0))
     if not server.reports:
         return None
     if report is None:
-        _fall_back_to_spawn("the rank server ended before it reported what it preloaded")
+        _fall_back_to_spawn(_malformed_text(server) if server.malformed is not None else
+                            "the rank server ended before it reported what it preloaded")
         return None
     if report.get("preload_failures"):
         name, why = next(iter(report["preload_failures"].items()))
@@ -432,6 +464,10 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
     return None
 
 
+def _malformed_text(server: _Server) -> str:
+    return f"the rank server's report was not of its shape ({server.malformed}), so none of it is used"
+
+
 def _live_forked_ranks() -> bool:
     forked = multiprocessing.context.ForkServerProcess
     return any(isinstance(p, forked) for p in multiprocessing.active_children())
@@ -439,6 +475,8 @@ def _live_forked_ranks() -> bool:
 
 def _restart(module: str | None) -> None:
     global _server
+    if _spawn_instead is not None:
+        return  # no more ranks are forked in this run: a server would import for nobody
     stop = getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_stop", None)
     if stop is None:  # private to multiprocessing (see distspawn.private_apis)
         _fall_back_to_spawn("this Python's forkserver cannot be restarted")

@@ -65,14 +65,9 @@ def serve(preload_failures: dict[str, str]) -> None:
         "preload_failures": preload_failures,
         "modules": {}, "refused": {}, "switch": False,
     }
-    name = distspawn_rank_server.list_socket_name()
-    if name is None:
-        return
-    try:
-        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        connection.connect("\0" + name)
-    except OSError:
-        return  # the test process left before the server was ready
+    connection = distspawn_rank_server.connect_to_test_process()
+    if connection is None:
+        return  # no hand-over, or the test process left before the server was ready
     with connection:
         lines = _Lines(connection)
         request = lines.next()
