@@ -103,6 +103,7 @@ class _Server:
 
 _wanted: list[str] = []  # test modules to preload, in the order asked for
 _excluded: dict[str, str] = {}  # never preloaded again: module -> why
+_imported_again: set[str] = set()  # imported anew once already, for a changed environment
 _server: _Server | None = None
 _spawn_instead: str | None = None  # why ranks start afresh for the rest of the run
 _said: set[str] = set()
@@ -409,8 +410,9 @@ def ranks_may_fork(environ: dict[str, str], test_module: str | None = None) -> b
             return _spawn_instead is None
         if _live_forked_ranks():
             return False  # forked from this server: a restart would end them
-        # Less a module just excluded (a switch), or with the environment as
-        # it is now (only a restart: torch and distspawn read the old one).
+        # Less a module just excluded, or with one imported anew (a switch),
+        # or with the environment as it is now (only a restart: torch and
+        # distspawn read the old one).
         if restart == "preload" or not _switch(_server.module):
             _restart(_server.module)
     _fall_back_to_spawn("the rank server kept going stale")
@@ -455,11 +457,20 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
         return "preload"
     for name, record in report.get("modules", {}).items():
         stale = distspawn_rank_server.stale_reads(record, environ)
+        if stale and name not in _imported_again:
+            # Imported during collection, before its class set up the
+            # environment its ranks have (TestDistBackend points INIT_METHOD
+            # at its folder in setUp): imported again with the environment
+            # as it is now, as each rank would import it, and kept while
+            # that holds.
+            _imported_again.add(name)
+            return name
         if stale:
             _excluded[name] = "read " + ", ".join(stale[:5])
             _say_once(f"test module {name} (or a module it imports) read the environment "
-                      f"at import, and ranks have it otherwise ({', '.join(stale[:5])}); the "
-                      "rank server is restarted without it, and each rank imports it itself")
+                      f"at import, and ranks have it otherwise ({', '.join(stale[:5])}), "
+                      "again after it was imported anew; the rank server is restarted "
+                      "without it, and each rank imports it itself")
             return name
     return None
 
