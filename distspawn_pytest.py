@@ -66,6 +66,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
              f"unchanged (same as {STAND_IN_VAR}=1)")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    # From the installed metadata: the plugin imports no torch (nor distspawn).
+    from importlib import metadata
+
+    try:
+        version = metadata.version("distspawn")
+    except metadata.PackageNotFoundError:
+        version = "(not installed)"
+    method = os.environ.get("DISTSPAWN_START_METHOD") or "forkserver"
+    stand_in = os.environ.get(STAND_IN_VAR, "").strip().lower() in STAND_IN_ON
+    return (f"distspawn {version}: rank processes start by {method}, stand-in mode "
+            f"{'on' if stand_in else 'off'}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser,
                                   args: list[str]) -> None:

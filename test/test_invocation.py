@@ -45,3 +45,29 @@ def test_run_tests_accepts_upstream_flags():
     run = run_python(["styles.py", "--accept", "--repeat", "1", "--log-suffix", "x",
                       "Styles.test_ok"])
     assert run.returncode == 0, run.output
+
+
+def test_python_m_distspawn_version_names_distspawn_torch_and_python():
+    import platform
+
+    import torch
+
+    import distspawn
+
+    run = run_python(["-m", "distspawn", "--version"])
+    assert run.returncode == 0, run.output
+    assert run.output.strip() == (f"distspawn {distspawn.__version__} (torch {torch.__version__}, "
+                                  f"Python {platform.python_version()})")
+
+
+def test_pytest_header_says_distspawn_is_on_how_ranks_start_and_whether_it_stands_in():
+    from importlib import metadata
+
+    version = metadata.version("distspawn")
+    plain = run_python(["-m", "pytest", "--co", "-p", "no:cacheprovider", "upstream_style.py"])
+    assert (f"distspawn {version}: rank processes start by forkserver, stand-in mode off"
+            in plain.output), plain.output
+    stand_in = run_python(["-m", "pytest", "--co", "-p", "no:cacheprovider", "upstream_style.py"],
+                          env={"DISTSPAWN_START_METHOD": "spawn", "DISTSPAWN_STAND_IN": "1"})
+    assert (f"distspawn {version}: rank processes start by spawn, stand-in mode on"
+            in stand_in.output), stand_in.output

@@ -25,3 +25,51 @@ def test_readme_quick_start_installs_pinned_torch_then_runs_the_examples():
     assert f"    {SETUP_COMMAND}\n" in readme
     assert "    python -m pytest examples\n" in readme
     assert (ROOT / "examples" / "test_allreduce.py").exists()
+
+
+def readme_code_blocks() -> list[tuple[str, str]]:
+    """Each literal block of README.rst (after a paragraph ending "::"): the
+    paragraph's last line, and the block, dedented."""
+    import textwrap
+
+    lines = (ROOT / "README.rst").read_text().splitlines()
+    blocks = []
+    for at, line in enumerate(lines):
+        if not line.rstrip().endswith("::") or line.lstrip().startswith(".."):
+            continue
+        body = []
+        for later in lines[at + 1:]:
+            if later and not later.startswith(" "):
+                break
+            body.append(later)
+        blocks.append((line.strip(), textwrap.dedent("\n".join(body)).strip("\n")))
+    return blocks
+
+
+# The README's literal blocks that are not Python to run (by the last line of
+# the paragraph before each), and why; every other block is a Python file,
+# run as the README says.
+NOT_RUN = {
+    "just that test::": "a failure report: output, not code",
+    "deadline, naming each rank's call (then each stuck rank's stack)::": "output, not code",
+    "::": "the install commands: test_ci_sets_up_a_new_venv... and CI run them",
+    "Unchanged, in the stand-in mode (upstream's modules on distspawn's engine)::":
+        "shell commands for a user's own suite (test_stand_in.py runs both forms)",
+    "Run distspawn's own tests (two pytest-xdist workers)::": "the suite itself",
+}
+
+
+def test_every_readme_code_block_runs_or_says_why_not(tmp_path):
+    from harness import run_python
+
+    ran = 0
+    for intro, block in readme_code_blocks():
+        if intro in NOT_RUN:
+            continue
+        script = tmp_path / f"readme_block_{ran}.py"
+        script.write_text(block + "\n")
+        run = run_python([str(script), "-v"], cwd=tmp_path)
+        assert run.returncode == 0 and "OK" in run.output, (intro, run.output)
+        assert run.leftover_files == [] and run.leftover_pids == []
+        ran += 1
+    assert ran == 1  # the first test, "Write a test once, run it on N ranks"

@@ -80,12 +80,22 @@ def _comma_list(text: str, what: str, parser: argparse.ArgumentParser) -> list[s
     return values
 
 
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m distspawn",
         description="Run distributed test files once per backend and world size, with "
                     "BACKEND, WORLD_SIZE and TEMP_DIR set for each run, and summarise.",
         epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=(
+        f"distspawn {__version__} (torch {torch_version()}, Python {sys.version.split()[0]})"))
     parser.add_argument("paths", nargs="+",
                         help="test files or directories, as pytest takes them")
     parser.add_argument("--backend", default="gloo",
