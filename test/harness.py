@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import upstream_record
+
 SCENARIOS = Path(__file__).parent / "scenarios"
 MARKER_VAR = "DISTSPAWN_TEST_RUN_MARKER"
 # What unittest -v writes after a test's " ... ".
@@ -395,6 +397,11 @@ def run_python_on_upstream(args: list[str], env: dict[str, str] | None = None,
     finish", never failed, and not tried again (a second try on the same
     loaded machine would only double the wait).
     """
+    cwd = Path(kwargs.get("cwd", SCENARIOS))
+    record = upstream_record.replayed(args, env, cwd)
+    if record is not None:
+        return Run(record["returncode"], record["output"], record["leftover_files"],
+                   [], record["elapsed"])
     for attempt in (1, 2):
         try:
             run = run_python(args, env=env, timeout=timeout, **kwargs)
@@ -404,6 +411,9 @@ def run_python_on_upstream(args: list[str], env: dict[str, str] | None = None,
             pytest.skip(f"upstream did not finish (load average "
                         f"{os.getloadavg()[0]:.1f}): {str(exc).splitlines()[0]}")
         if not all(marker in run.output for marker in UPSTREAM_EXIT_ABORT) or attempt == 2:
+            upstream_record.write(args, env, cwd, {
+                "returncode": run.returncode, "output": run.output,
+                "leftover_files": run.leftover_files, "elapsed": run.elapsed})
             return run
     raise AssertionError("unreachable")
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import distspawn
-from harness import run_python, needs_gpus
+from harness import needs_gpus, run_python, run_python_on_upstream
 
 EXPECTED = {
     "test_a_pass": "ok",
@@ -176,8 +176,8 @@ def test_a_reused_nccl_world_larger_than_the_gpu_count_may_share_devices():
     nccl_built = torch.distributed.is_nccl_available()
     runs = {"distspawn": run_python(["nccl_shared_device.py", "-v"])}
     if nccl_built and upstream_lets_nccl_share_devices():
-        runs["upstream"] = run_python(["nccl_shared_device.py", "-v"],
-                                      env={"UPSTREAM_HARNESS": "1"})
+        runs["upstream"] = run_python_on_upstream(["nccl_shared_device.py", "-v"],
+                                                  env={"UPSTREAM_HARNESS": "1"})
     for harness, run in runs.items():
         nccl_verdict = run.verdict_line("test_ranks_may_share_a_device").rsplit(" ... ", 1)[1]
         if nccl_built:

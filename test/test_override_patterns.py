@@ -14,6 +14,7 @@ import pytest
 
 from harness import (
     run_python,
+    run_python_on_upstream,
     scenario_verdicts,
     skip_unless_upstream_runs,
     upstream_lacks,
@@ -114,7 +115,7 @@ def test_harness_failures_are_assertion_and_runtime_errors():
 
 def stop_suite(upstream: bool, stop_after: str):
     env = {"UPSTREAM_HARNESS": "1" if upstream else "0", "STOP_AFTER": stop_after}
-    run = run_python(["stop_suite.py", "-v"], env=env)
+    run = (run_python_on_upstream if upstream else run_python)(["stop_suite.py", "-v"], env=env)
     ran = [line.split(" (", 1)[0] for line in run.output.splitlines() if " ... " in line]
     return ran, "TEST C RAN" in run.output, run.returncode
 
@@ -137,7 +138,8 @@ def run_scenario_as(harness, script, env=None):
         pytest.skip("torch.testing._internal does not import here")
     env = {"UPSTREAM_HARNESS": "0" if harness == "distspawn" else "1", **(env or {})}
     runner = ["-m", "distspawn.stand_in"] if harness == "stand-in" else []
-    return run_python([*runner, script, "-v"], env=env)
+    run = run_python_on_upstream if harness == "upstream" else run_python
+    return run([*runner, script, "-v"], env=env)
 
 
 @pytest.mark.parametrize("harness, shared, verdict", [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import distspawn
-from harness import run_python, upstream_module_imports
+from harness import run_python, run_python_on_upstream, upstream_module_imports
 
 # Upstream TestCase methods distspawn leaves out, and why. Each must really be
 # missing (the list stays honest), and every other upstream method must exist.
@@ -254,8 +254,9 @@ def test_a_test_that_leaks_global_state_fails_as_on_this_releases_upstream(harne
 
     if harness == "upstream" and not upstream_imports():
         pytest.skip("torch.testing._internal does not import here")
-    run = run_python(["global_state_leaks.py", "-v"],
-                     env={"UPSTREAM_HARNESS": "1" if harness == "upstream" else "0"})
+    runner = run_python_on_upstream if harness == "upstream" else run_python
+    run = runner(["global_state_leaks.py", "-v"],
+                 env={"UPSTREAM_HARNESS": "1" if harness == "upstream" else "0"})
     failed = set(re.findall(r"^(?:FAIL|ERROR): (test_\w+)", run.output, re.M))
     guards = upstream_testcase_guards()
     flags = "skipped" not in run.verdict_line("test_c_precision")
