@@ -226,16 +226,22 @@ def peer_credentials(connection: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def parent_pid_of(pid: int) -> int | None:
-    """``pid``'s parent, read from ``/proc`` (None: gone, or no ``/proc``)."""
+def proc_stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command: state, parent pid,
+    ... (None where it cannot be read: no ``/proc``, or the process is gone)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return int(fields[1]) if len(fields) > 1 else None
+    # "pid (command) state ppid ...": the command may hold spaces and parentheses.
+    return stat[stat.rfind(b")") + 1:].split()
+
+
+def parent_pid_of(pid: int) -> int | None:
+    """``pid``'s parent, read from ``/proc`` (None: gone, or no ``/proc``)."""
+    fields = proc_stat_fields(pid)
+    return int(fields[1]) if fields and len(fields) > 1 else None
 
 
 def connect_to_test_process() -> socket.socket | None:

@@ -19,6 +19,8 @@ import time
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
+import distspawn_rank_server
+
 # How long ranks get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 3.0
 # A stopped test process: how long every interrupted rank gets to unwind...
@@ -49,13 +51,7 @@ def wait_for_exits(processes: list[BaseProcess], timeout: float) -> None:
 def scheduler_state(pid: int) -> str | None:
     """The one-letter state of ``pid``'s main thread (``R``, ``S``, ``D``, ...),
     or None where it cannot be read (no /proc; the process is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read()
-    except OSError:
-        return None
-    # "pid (command) state ...": the command may hold spaces and parentheses.
-    fields = text[text.rfind(b")") + 1:].split()
+    fields = distspawn_rank_server.proc_stat_fields(pid)
     return fields[0].decode("ascii", "replace") if fields else None
 
 
