@@ -125,7 +125,8 @@ from .cases.testcase import TestCase, run_tests, set_rng_seed
 from .cases.threaded import MultiThreadedTestCase, spawn_threads_and_init_comms
 from .backends.threaded_pg import threaded_world
 
-__version__ = "0.2.0"  # the one place it is set (setup.cfg reads it; CHANGELOG.rst says what changed)
+# The one place the version is set (setup.cfg reads it; CHANGELOG.rst says what changed).
+__version__ = "0.2.0"
 
 __all__ = [
     "DEFAULT_WORLD_SIZE", "FILE_SCHEMA", "IS_MACOS", "IS_SANDCASTLE", "IS_WINDOWS",

@@ -1,4 +1,5 @@
-"""Upstream's runs replayed from records: found again, refused when stale, never for a run's own paths."""
+"""Upstream's runs replayed from records: found again, refused when stale, and
+never for a run that has paths of its own."""
 
 import json
 

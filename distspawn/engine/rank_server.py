@@ -165,7 +165,8 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
 
 def _start(module: str | None, send_now: bool) -> None:
     global _server
-    if not sys.platform.startswith("linux"):  # no SO_PEERCRED to check the hand-over: no test modules
+    # No SO_PEERCRED to check the hand-over with: no test modules.
+    if not sys.platform.startswith("linux"):
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
         distspawn_rank_server.ensure_server_running()
         _server = _Server(None, None)
@@ -476,7 +477,8 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
 
 
 def _malformed_text(server: _Server) -> str:
-    return f"the rank server's report was not of its shape ({server.malformed}), so none of it is used"
+    return (f"the rank server's report was not of its shape ({server.malformed}), so none of "
+            "it is used")
 
 
 def _live_forked_ranks() -> bool:

@@ -58,10 +58,11 @@ def parse_report(data: bytes) -> dict[str, Any]:
     """The report in ``data`` (one JSON line), checked: every field the server
     sends, of its type, and no other. Raises :class:`MalformedReport`.
 
-    >>> parse_report(b'{"switch": true}')
+    >>> parse_report(b'{"switch": true, "exit_folders": [], "preload": {}, "refused": {},'
+    ...              b' "preload_failures": {}}')
     Traceback (most recent call last):
     ...
-    distspawn.engine.server_report.MalformedReport: fields missing: exit_folders, modules, preload, preload_failures, refused
+    distspawn.engine.server_report.MalformedReport: fields missing: modules
     """
     try:
         report = json.loads(data)
