@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measured_on import measured_on  # noqa: E402
 from side_by_side import case_name, junit_cases  # noqa: E402
 
 MANIFEST = Path(__file__).resolve().parent / "corpus.json"
@@ -326,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", type=Path, default=MANIFEST)
     parser.add_argument("--harnesses", default=",".join(HARNESSES),
                         help=f"comma-separated, from {', '.join(HARNESSES)} (default: all)")
-    parser.add_argument("--only", default=None, help="run only this project's files")
+    parser.add_argument("--only", default=None,
+                        help="run only these projects' files (comma-separated names)")
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds allowed for one session (a file, or a project's "
                              "files with --together) on one harness")
@@ -347,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(harnesses) - set(HARNESSES))
     if unknown:
         parser.error(f"--harnesses: unknown {unknown}; expected some of {list(HARNESSES)}")
-    entries = [e for e in load_manifest(args.manifest) if args.only in (None, e.project)]
+    only = None if args.only is None else set(args.only.split(","))
+    entries = [e for e in load_manifest(args.manifest) if only is None or e.project in only]
+    if only and not entries:
+        parser.error(f"--only {args.only}: no such project in {args.manifest}")
     missing = [f"{e.project}/{e.path}" for e in entries
                if not (args.corpus / e.project / e.path).is_file()]
     if missing:
@@ -445,7 +450,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"failing on every harness, not counted: {name}: "
                   f"{len(row['failing_everywhere'])} tests")
     if args.save:
-        args.save.write_text(json.dumps(results, indent=1, sort_keys=True))
+        saved = {"measured_on": measured_on(), "together": args.together,
+                 "harnesses": harnesses, "totals": totals, "files": results}
+        args.save.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     return 0
 
 

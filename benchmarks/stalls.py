@@ -15,6 +15,7 @@ and the first line of its failure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -69,7 +70,9 @@ def main() -> None:
     parser.add_argument("--deadline", type=int, default=60,
                         help="DISTRIBUTED_TESTS_DEFAULT_TIMEOUT for every run (default 60)")
     parser.add_argument("--rows", default="", help="a pytest -k expression picking rows")
+    parser.add_argument("--save", help="write every row as JSON to this file")
     args = parser.parse_args()
+    saved: dict = {"deadline_s": args.deadline, "harnesses": {}}
     for harness in args.harnesses.split(","):
         if harness == "upstream":
             try:
@@ -78,8 +81,20 @@ def main() -> None:
                 print(f"upstream: skipped, its harness does not import here ({exc})")
                 continue
         print(f"{harness} (deadline {args.deadline} s)")
-        for name, seconds, verdict, first in run(harness, args.deadline, args.rows):
+        rows = run(harness, args.deadline, args.rows)
+        saved["harnesses"][harness] = [
+            {"case": name, "seconds": seconds, "verdict": verdict, "first_line": first}
+            for name, seconds, verdict, first in rows]
+        for name, seconds, verdict, first in rows:
             print(f"  {name:55s} {seconds:7.1f} s  {verdict:7s} {first[:150]}")
+    if args.save:
+        sys.path.insert(0, HERE)
+        from measured_on import measured_on
+
+        saved["measured_on"] = measured_on()
+        with open(args.save, "w") as f:
+            json.dump(saved, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

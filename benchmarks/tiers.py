@@ -294,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="timed tests per spawn configuration (default 3)")
     parser.add_argument("--pytest", action="store_true",
                         help="run each configuration under pytest, as users run tests")
+    parser.add_argument("--save", help="write every measured row as JSON to this file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -318,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'suite':<8} {'ws':>2}  {'tier':<17} {'first s':>8} {steady:>9} "
           f"{'peak RSS/rank':>14} {'vs upstream':>18}")
     failed = False
+    rows: list[dict] = []
     for suite in suites:
         for world_size in world_sizes:
             references: dict[str, float] = {}
@@ -344,9 +346,19 @@ def main(argv: list[str] | None = None) -> int:
                 if tier in ("threads", "upstream-threads"):
                     rss_text += " (all)"
                 ratio = _ratio_text(tier, seconds, references)
+                rows.append({"suite": suite, "world_size": world_size, "tier": tier,
+                             "first_s": result.get("first_s"), "per_test_s": seconds,
+                             "peak_rss_mb": rss})
                 first = f"{result['first_s']:.2f}s" if "first_s" in result else "-"
                 print(f"{suite:<8} {world_size:>2}  {tier:<17} {first:>8} {seconds:>8.4f}s "
                       f"{rss_text:>14} {ratio:>18}", flush=True)
+    if args.save:
+        from measured_on import measured_on
+
+        saved = {"measured_on": measured_on(), "under_pytest": args.pytest, "rows": rows}
+        with open(args.save, "w") as f:
+            json.dump(saved, f, indent=1)
+            f.write("\n")
     return 1 if failed else 0
 
 
