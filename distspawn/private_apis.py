@@ -71,13 +71,13 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "under forkserver, ranks of a SIGKILLed test process end with their test "
                "body instead of at once"),
     PrivateAPI("multiprocessing.forkserver._forkserver._stop",
-               "engine.rank_server, distspawn_rank_server",
+               "engine.rank_server, early.rank_server_boot",
                "a rank server whose preloaded modules no longer fit the environment "
                "cannot be restarted: ranks start afresh (spawn) for the rest of the run; "
                "one started early for a run that starts no rank goes on importing until "
                "done, then ends by itself"),
     PrivateAPI("multiprocessing.forkserver._forkserver._forkserver_pid",
-               "engine.rank_server, distspawn_rank_server",
+               "engine.rank_server, early.rank_server_boot",
                "a rank server started early for a run that starts no rank goes on "
                "importing torch after collection, and outlives the test process by "
                "seconds, until done"),

@@ -1,7 +1,7 @@
 """The rank server's hand-over trusts no one else on the machine.
 
 The test process tells its rank server the test modules over a socket, and
-the server reports back (``distspawn_rank_server``, ``engine.server_report``).
+the server reports back (``distspawn.early.rank_server_boot``, ``engine.server_report``).
 Another process connects first, or a forged report arrives: the intruder is
 told nothing, nothing it names is removed, nothing it sends fails a test.
 """
@@ -166,7 +166,7 @@ def test_only_a_private_mkdtemp_folder_of_the_users_in_the_temp_folder_may_be_re
 
 
 def test_the_hand_over_lives_in_a_folder_only_the_user_can_enter():
-    import distspawn_rank_server
+    import distspawn.early.rank_server_boot as distspawn_rank_server
 
     folder = distspawn_rank_server.private_folder()
     info = os.stat(folder)

@@ -166,7 +166,7 @@ def test_a_file_whose_rank_tests_all_skip_by_decorator_is_not_preloaded(runnable
 def test_a_file_whose_rank_tests_all_need_an_accelerator_starts_no_rank_server():
     # On a machine without one, the file's text shows every rank test skips
     # (class decorator, test decorator, pytest mark): no server is started.
-    import distspawn_source_scan
+    from distspawn.early import source_scan as distspawn_source_scan
 
     run = pytest_run("accelerator_only_ranks.py", "-q", "-p", "no:cacheprovider",
                      "-p", "count_server_starts")
@@ -182,7 +182,7 @@ def test_a_file_whose_ranks_all_run_in_the_test_process_starts_no_rank_server():
     # per-device classes for every device but the CPU, and a LocalTensorMode copy
     # (upstream's local base, built on distspawn's classes in the stand-in mode).
     # No rank process starts: neither plugin starts the server.
-    import distspawn_source_scan
+    from distspawn.early import source_scan as distspawn_source_scan
 
     skip_unless_upstream_runs("local_tensor_only.py")
     if distspawn_source_scan.accelerator_device_present():
@@ -264,7 +264,7 @@ DERIVED_GUESSES = [
 @pytest.mark.parametrize("files, without, stand_in", DERIVED_GUESSES)
 def test_the_early_start_guess_follows_bases_into_the_projects_modules(
         tmp_path, files, without, stand_in):
-    import distspawn_source_scan
+    from distspawn.early import source_scan as distspawn_source_scan
 
     for name, source in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -289,7 +289,7 @@ IMPORTED_CLASS_GUESSES = [
 @pytest.mark.parametrize("files, expected", IMPORTED_CLASS_GUESSES)
 def test_the_early_start_guess_sees_a_rank_class_imported_from_the_project(
         tmp_path, files, expected):
-    import distspawn_source_scan
+    from distspawn.early import source_scan as distspawn_source_scan
 
     for name, source in files.items():
         (tmp_path / name).write_text(source)
@@ -403,7 +403,7 @@ def test_a_collected_class_whose_world_has_no_ranks_does_not_start_the_server():
 
 @pytest.mark.parametrize("source, without, with_one", SKIP_GUESSES)
 def test_the_early_start_guess_reads_skips_from_the_source(source, without, with_one):
-    import distspawn_source_scan
+    from distspawn.early import source_scan as distspawn_source_scan
 
     text = source.encode()
     assert distspawn_source_scan.rank_tests_all_skip(text, accelerator=False) is without
@@ -417,7 +417,7 @@ def test_every_rank_class_is_named_in_the_plugins_early_start_guess():
     import importlib
     import inspect
 
-    import distspawn_source_scan
+    from distspawn.early import source_scan as distspawn_source_scan
     from distspawn import MultiProcContinuousTest, MultiProcessTestCase, MultiThreadedTestCase
     from distspawn.cases.local_dtensor import runs_every_rank_here
 

@@ -1,1 +1,7 @@
 """The in-process ``threaded`` process group: rendezvous of calls, the torch adapter, the per-thread world."""
+
+from .. import _stand_in_if_requested
+
+# DISTSPAWN_STAND_IN=1: upstream's modules take distspawn's names before this
+# subpackage loads (the first of them to load does it; see the package's __init__).
+_stand_in_if_requested()

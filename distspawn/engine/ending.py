@@ -19,7 +19,7 @@ import time
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 
-import distspawn_rank_server
+from ..early import rank_server_boot
 
 # How long ranks get to exit after SIGTERM before SIGKILL.
 TERMINATE_GRACE_S = 3.0
@@ -51,7 +51,7 @@ def wait_for_exits(processes: list[BaseProcess], timeout: float) -> None:
 def scheduler_state(pid: int) -> str | None:
     """The one-letter state of ``pid``'s main thread (``R``, ``S``, ``D``, ...),
     or None where it cannot be read (no /proc; the process is gone)."""
-    fields = distspawn_rank_server.proc_stat_fields(pid)
+    fields = rank_server_boot.proc_stat_fields(pid)
     return fields[0].decode("ascii", "replace") if fields else None
 
 

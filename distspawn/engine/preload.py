@@ -2,7 +2,7 @@
 
 Everything a rank needs before running its test is loaded here, once per run,
 so each rank starts in tens of milliseconds instead of importing torch again.
-``distspawn_rank_server`` ran first: these imports see the test process's
+``distspawn.early.rank_server_boot`` ran first: these imports see the test process's
 environment, and what they read of it is recorded. An import that fails here
 never takes the server down; it is reported, and the test process starts
 ranks afresh instead (an import that failed partway may have left behind
@@ -19,7 +19,8 @@ for _name in (
     # torch.testing.assert_close (behind TestCase.assertEqual) imports
     # torch.distributed.tensor on first use: 0.6 s in every rank otherwise.
     "torch.distributed.tensor", "torch.testing",
-    # The whole package, by name (the engine depends on nothing above it).
+    # The whole package, by name (the engine depends on nothing above it);
+    # the package is lazy, so each of its public names' modules is imported below.
     "distspawn",
     # DDP reads a dynamo setting when a model is wrapped: about 1 s per rank
     # otherwise. (Ranks forked after this import used to hang now and then:
@@ -29,6 +30,8 @@ for _name in (
 ):
     try:
         importlib.import_module(_name)
+        if _name == "distspawn":
+            importlib.import_module(_name)._import_everything()
     except BaseException as _exc:  # noqa: BLE001 - see the module docstring
         _failures[_name] = f"{type(_exc).__name__}: {_exc}"
         break

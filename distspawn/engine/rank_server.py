@@ -43,13 +43,13 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-import distspawn_rank_server
+from ..early import rank_server_boot
 
 from . import leftovers, server_report
 
 # What the forkserver imports once: the script being run (as multiprocessing
 # does by default), the environment hand-over, then everything a rank needs.
-FORKSERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
+FORKSERVER_PRELOAD = ["__main__", "distspawn.early.rank_server_boot", "distspawn.engine.preload"]
 REPORT_WAIT_S = 900.0  # for it to import them (each import has its own limit)
 
 
@@ -60,7 +60,7 @@ class WarmImportWarning(UserWarning):
 class _Server:
     """One start of the rank server, as this process knows it."""
 
-    def __init__(self, channel: distspawn_rank_server.ModuleListChannel | None,
+    def __init__(self, channel: rank_server_boot.ModuleListChannel | None,
                  environ_path: str | None) -> None:
         self.channel = channel  # None once the module list is on its way
         # Kept open once the report came, where the server can switch modules.
@@ -114,21 +114,21 @@ def check_rank_server_address() -> None:
 
     multiprocessing puts it in a directory under ``TMPDIR`` (except where it
     uses an abstract socket, in some Pythons), or under ``/tmp`` where
-    ``TMPDIR`` is too long (``distspawn_rank_server.keep_socket_folder_short``).
+    ``TMPDIR`` is too long (``rank_server_boot.keep_socket_folder_short``).
     That is too late once multiprocessing made its folder under a long
     ``TMPDIR`` before the first rank, and then the bind would fail deep inside
     multiprocessing.
     """
-    distspawn_rank_server.keep_socket_folder_short()
+    rank_server_boot.keep_socket_folder_short()
     address = multiprocessing.connection.arbitrary_address("AF_UNIX")
     size = len(os.fsencode(address))
-    if address.startswith("\0") or size <= distspawn_rank_server.UNIX_SOCKET_PATH_MAX:
+    if address.startswith("\0") or size <= rank_server_boot.UNIX_SOCKET_PATH_MAX:
         return
     raise ValueError(
         f"TMPDIR={tempfile.gettempdir()!r} is too long for the rank server: its socket "
         f"would be {address!r}, {size} bytes, and a Unix socket path "
-        f"takes at most {distspawn_rank_server.UNIX_SOCKET_PATH_MAX} (multiprocessing made its "
-        f"folder there before the first rank started, or {distspawn_rank_server.SHORT_TEMP_DIR} "
+        f"takes at most {rank_server_boot.UNIX_SOCKET_PATH_MAX} (multiprocessing made its "
+        f"folder there before the first rank started, or {rank_server_boot.SHORT_TEMP_DIR} "
         "is not writable). Set TMPDIR to a shorter directory, or "
         "DISTSPAWN_START_METHOD=spawn (or start_method = \"spawn\" on the class).")
 
@@ -156,8 +156,8 @@ def start_rank_server(modules: Iterable[str] = (), more_to_come: bool = False) -
         return
     if _spawn_instead is not None:
         return
-    if distspawn_rank_server.forkserver_socket_is_abstract():
-        _fall_back_to_spawn(distspawn_rank_server.ABSTRACT_FORKSERVER)
+    if rank_server_boot.forkserver_socket_is_abstract():
+        _fall_back_to_spawn(rank_server_boot.ABSTRACT_FORKSERVER)
         return
     check_rank_server_address()
     _start(first, send_now=not more_to_come)
@@ -168,15 +168,15 @@ def _start(module: str | None, send_now: bool) -> None:
     # No SO_PEERCRED to check the hand-over with: no test modules.
     if not sys.platform.startswith("linux"):
         multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
-        distspawn_rank_server.ensure_server_running()
+        rank_server_boot.ensure_server_running()
         _server = _Server(None, None)
         return
-    _server = _Server(*distspawn_rank_server.start_server(FORKSERVER_PRELOAD))
+    _server = _Server(*rank_server_boot.start_server(FORKSERVER_PRELOAD))
     if send_now:
         _send_module_list(_server, module)
 
 
-def adopt_rank_server(channel: distspawn_rank_server.ModuleListChannel,
+def adopt_rank_server(channel: rank_server_boot.ModuleListChannel,
                       environ_path: str) -> None:
     """Take over a server started with this module's protocol elsewhere.
 
@@ -214,7 +214,7 @@ def stop_rank_server() -> None:
     global _server
     if _server is None or _inherited() or _live_forked_ranks():
         return
-    if distspawn_rank_server.stop_server():
+    if rank_server_boot.stop_server():
         if _server.channel is not None:  # the module list was never sent
             _server.channel.close()
         _server.close()
@@ -226,7 +226,7 @@ def _stop_server_still_importing() -> None:
     # At exit: a server that has not reported yet has forked no rank (ranks
     # wait for its report), and would go on importing after this process.
     if _server is not None and not _server.answered.is_set():
-        distspawn_rank_server.stop_server()
+        rank_server_boot.stop_server()
 
 
 atexit.register(_stop_server_still_importing)
@@ -313,7 +313,7 @@ def _send_module_list(server: _Server, module: str | None) -> None:
     def converse() -> None:
         connection = None
         try:
-            connection = channel.connect(distspawn_rank_server.LIST_WAIT_S)
+            connection = channel.connect(rank_server_boot.LIST_WAIT_S)
             if connection is None:
                 return
             connection.sendall(request)
@@ -448,7 +448,7 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
         _excluded.setdefault(name, why)  # not asked for again
         if server.module == name:
             server.module = None  # what it holds
-    stale_preload = distspawn_rank_server.stale_reads(report.get("preload", {}), environ)
+    stale_preload = rank_server_boot.stale_reads(report.get("preload", {}), environ)
     if stale_preload:
         # Each time (a restart costs what one spawned rank does): classes that
         # set a variable in setUpClass and remove it after are common.
@@ -457,7 +457,7 @@ def _what_to_restart_for(server: _Server, environ: dict[str, str]) -> str | None
                   "with the environment as it is now")
         return "preload"
     for name, record in report.get("modules", {}).items():
-        stale = distspawn_rank_server.stale_reads(record, environ)
+        stale = rank_server_boot.stale_reads(record, environ)
         if stale and name not in _imported_again:
             # Imported during collection, before its class set up the
             # environment its ranks have (TestDistBackend points INIT_METHOD

@@ -1,6 +1,6 @@
 """The rank server's report, checked field by field before the test process acts on it.
 
-The report comes over the hand-over's socket (``distspawn_rank_server``),
+The report comes over the hand-over's socket (``distspawn.early.rank_server_boot``),
 which only the server this process started can reach. It is checked all the
 same, as data from another process: a report of the wrong shape is refused
 whole (the run then starts ranks afresh, and says why), and a folder it names

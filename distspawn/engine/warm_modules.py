@@ -45,7 +45,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import distspawn_rank_server
+from ..early import rank_server_boot
 
 from . import forked_exit, import_checks, leftovers, successors
 
@@ -61,11 +61,11 @@ def serve(preload_failures: dict[str, str]) -> None:
     for another test module (see :func:`_serve_in_turn`).
     """
     report: dict[str, Any] = {
-        "preload": distspawn_rank_server.preload_recording.stop(),
+        "preload": rank_server_boot.preload_recording.stop(),
         "preload_failures": preload_failures,
         "modules": {}, "refused": {}, "switch": False,
     }
-    connection = distspawn_rank_server.connect_to_test_process()
+    connection = rank_server_boot.connect_to_test_process()
     if connection is None:
         return  # no hand-over, or the test process left before the server was ready
     with connection:
@@ -217,7 +217,7 @@ def _serve_when_asked(request: dict[str, Any], names: list[str], go_read: int,
         return False  # not wanted
     asked = json.loads(line)
     for name, record in report["modules"].items():
-        stale = distspawn_rank_server.stale_reads(record, asked.get("environ") or {})
+        stale = rank_server_boot.stale_reads(record, asked.get("environ") or {})
         if stale:
             successors.tell({"stale": f"importing {name} read {', '.join(stale[:5])}"})
             return False
@@ -267,7 +267,7 @@ def _take_paths_and_environ(request: dict[str, Any]) -> None:
         # modules may have set variables as they were imported).
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in environ.items()})
-        distspawn_rank_server.add_server_only_variables()
+        rank_server_boot.add_server_only_variables()
 
 
 def _warm(request: dict[str, Any], report: dict[str, Any]) -> int | None:
@@ -365,7 +365,7 @@ def _import_each(names: list[str], report: dict[str, Any]) -> tuple[str, str] | 
         if name in sys.modules:  # imported with one before it
             continue
         successors.tell({"importing": name})
-        recording = distspawn_rank_server.EnvironRecording().start()
+        recording = rank_server_boot.EnvironRecording().start()
         try:
             why_not = import_checks.import_and_check(name)
         except BaseException as exc:  # noqa: BLE001 - reported, not raised
@@ -395,7 +395,7 @@ def _serve_from_here(report: dict[str, Any]) -> None:
     report["switch"] = True  # the server it came from can fork another
     successors.tell({"done": ""})
     os.close(successors.messages_fd[0])
-    distspawn_rank_server.serve_from_this_process()
+    rank_server_boot.serve_from_this_process()
 
 
 def _import_guess_here(names: list[str], files: dict[str, str], lines: _Lines,
@@ -443,7 +443,7 @@ def _wrong_guess(files: dict[str, str], request: dict[str, Any], report: dict[st
                 return f"{name} is found elsewhere on the list's sys.path"
     environ = request.get("environ") or {}
     for name, record in report["modules"].items():
-        stale = distspawn_rank_server.stale_reads(record, environ)
+        stale = rank_server_boot.stale_reads(record, environ)
         if stale:
             return f"importing {name} read {', '.join(stale[:5])}, since changed"
     return None

@@ -1,6 +1,6 @@
-"""The parts of the pytest plugin that need torch (see ``distspawn_pytest``).
+"""The parts of the pytest plugin that need torch (see ``distspawn.early.plugin``).
 
-``distspawn_pytest`` is the registered plugin and stays light, so pytest runs
+``distspawn.early.plugin`` is the registered plugin and stays light, so pytest runs
 that never touch distspawn do not import torch; it hands over to the hooks here
 once a test module has imported distspawn.
 """

@@ -38,7 +38,7 @@ from types import ModuleType
 from typing import Any, Iterator
 
 STAND_IN_VAR = "DISTSPAWN_STAND_IN"
-# distspawn_pytest.py checks values with the same lists (test_layout compares them).
+# distspawn/early/plugin.py checks values with the same lists (test_layout compares them).
 STAND_IN_ON = ("1", "true", "yes", "on")
 STAND_IN_OFF = ("", "0", "false", "no", "off")
 

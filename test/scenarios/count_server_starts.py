@@ -8,7 +8,7 @@ pytest imports the first test file) as ``before torch: M``.
 
 import sys
 
-import distspawn_rank_server
+import distspawn.early.rank_server_boot as distspawn_rank_server
 
 _starts = []
 _start_server = distspawn_rank_server.start_server

@@ -3,7 +3,7 @@ only where a core is left over for it (fewer workers than cores)."""
 
 import os
 
-import distspawn_pytest
+import distspawn.early.plugin as distspawn_pytest
 from distspawn import MultiProcessTestCase
 
 

@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("GUESS_SET_AFTER_COLLECTION") != "1" and not folder:
         return
     # Waits for the guess to have gone, so that it has neither change.
-    plugin = sys.modules["distspawn_pytest"]
+    plugin = sys.modules["distspawn.early.plugin"]
     deadline = time.monotonic() + 120
     while not plugin._guess_state["sent"] and time.monotonic() < deadline:
         time.sleep(0.05)

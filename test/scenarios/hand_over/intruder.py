@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-import distspawn_rank_server
+import distspawn.early.rank_server_boot as distspawn_rank_server
 
 _real_ensure_server_running = distspawn_rank_server.ensure_server_running
 

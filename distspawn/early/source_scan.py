@@ -1,6 +1,6 @@
 """What a test file's source says before pytest imports it.
 
-The pytest plugin (``distspawn_pytest``) starts the rank server while pytest
+The pytest plugin (``distspawn.early.plugin``) starts the rank server while pytest
 imports the first test file that may start rank processes, so that the server
 imports torch meanwhile. It decides from the file's text, before the test
 process imports torch or the file: these helpers read that text. Each guess

@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 
-import distspawn_source_scan as source_scan
+from distspawn.early import source_scan
 
 MAX_WORLD_SIZE_VAR = "DISTSPAWN_MAX_WORLD_SIZE"  # read by distspawn.world_sizes
 # What distspawn.engine.rank_server uses (importing it would import torch;
 # test/test_layout.py checks that they agree).
-SERVER_PRELOAD = ["__main__", "distspawn_rank_server", "distspawn.engine.preload"]
+SERVER_PRELOAD = ["__main__", "distspawn.early.rank_server_boot", "distspawn.engine.preload"]
 STAND_IN_VAR = "DISTSPAWN_STAND_IN"  # read by distspawn.integrations.stand_in
 STAND_IN_ON = ("1", "true", "yes", "on")
 STAND_IN_OFF = ("", "0", "false", "no", "off")
@@ -141,18 +141,18 @@ class _StandInTrigger(importlib.abc.MetaPathFinder):
 
 
 def _stand_in_now() -> None:
-    # distspawn stands in as it is imported, where the variable is set by then.
-    # A plugin named by -p is imported before --distspawn-stand-in sets it:
-    # where such a plugin imported distspawn, that import did not stand in
-    # (and the run went on upstream's harness, at its speed, saying nothing).
-    imported_before = "distspawn" in sys.modules
-    import distspawn  # noqa: F401
+    # distspawn stands in as its first subpackage that needs torch is imported,
+    # where the variable is set by then. A plugin named by -p is imported
+    # before --distspawn-stand-in sets it: where such a plugin imported
+    # distspawn's subpackages, that import did not stand in (and the run would
+    # go on upstream's harness, at its speed, saying nothing).
+    import distspawn
 
-    if imported_before:
-        from distspawn.integrations import stand_in
+    checked_before = distspawn._stand_in_checked
+    from distspawn.integrations import stand_in
 
-        if not stand_in.installed():
-            stand_in.install_if_requested("--distspawn-stand-in, after a plugin imported distspawn")
+    if checked_before and not stand_in.installed():
+        stand_in.install_if_requested("--distspawn-stand-in, after a plugin imported distspawn")
 
 
 class _ThenStandIn:
@@ -461,7 +461,7 @@ def _start_rank_server_early() -> tuple[Any, str] | None:
     # distspawn.engine.rank_server's hand-over, without importing torch.
     import multiprocessing
 
-    import distspawn_rank_server
+    from distspawn.early import rank_server_boot
 
     if not sys.platform.startswith("linux") or "forkserver" not in \
             multiprocessing.get_all_start_methods():
@@ -469,7 +469,7 @@ def _start_rank_server_early() -> tuple[Any, str] | None:
     if os.environ.get("DISTSPAWN_START_METHOD", "forkserver") != "forkserver":
         return None
     try:
-        return distspawn_rank_server.start_server(SERVER_PRELOAD)
+        return rank_server_boot.start_server(SERVER_PRELOAD)
     except OSError:
         # e.g. a TMPDIR too long for the server's socket: no early start; the
         # first test that starts ranks gives distspawn's error saying so.
@@ -491,11 +491,11 @@ def _drop_early_server() -> None:
     # torch for nobody.
     global _early_server
     if _early_server is not None:
-        import distspawn_rank_server
+        from distspawn.early import rank_server_boot
 
         channel, environ_path = _early_server
         _early_server = None
-        distspawn_rank_server.stop_server()
+        rank_server_boot.stop_server()
         channel.close()
         try:  # the server removes it once it has read it
             os.remove(environ_path)
