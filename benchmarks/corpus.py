@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{h}: same/better/differ" for h in harnesses if h != "upstream"] + [
         "left in the temp folder (" + "/".join(harnesses) + ")"]
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
-    for group in sessions(entries, args.together):
+    for session, group in enumerate(sessions(entries, args.together)):
         root = args.corpus / group[0].project
         runs = {h: run_files(group, root, h, args.timeout, args.workers) for h in harnesses}
         collect = run_files(group, root, COLLECT_ONLY, args.timeout) if args.floor else None
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "test_seconds": run.test_seconds.get(entry.path, {}),
                                         "left_behind": run.left_behind}
                                     for h, run in runs.items()},
-                           "session_files": len(group),
+                           "session": session, "session_files": len(group),
                            **({"collect_only_seconds": collect.seconds} if collect else {}),
                            "failing_everywhere": sorted(failing)}
             if "upstream" in runs:

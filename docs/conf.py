@@ -69,3 +69,66 @@ def _write_generated_entries() -> None:
 
 
 _write_generated_entries()
+
+
+# -- the command-line reference, from the code's own parsers --------------------
+def _help_of(main, argv) -> str:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(argv)
+    return out.getvalue().rstrip()
+
+
+def _literal(text: str) -> list[str]:
+    return ["::", ""] + ["    " + line if line else "" for line in text.splitlines()] + [""]
+
+
+def _write_command_line_reference() -> None:
+    from distspawn.early import plugin
+    from distspawn.integrations import matrix, stand_in
+
+    class _Recorder:
+        """Stands in for pytest's parser: records each option the plugin adds."""
+
+        def __init__(self):
+            self.options = []
+
+        def getgroup(self, name):
+            return self
+
+        def addoption(self, *names, **settings):
+            self.options.append((names, settings))
+
+    recorder = _Recorder()
+    plugin.pytest_addoption(recorder)
+    def title(text):
+        return [text, "-" * len(text), ""]
+
+    lines = [*title("pytest options"),
+             "Added by the plugin (``python -m pytest --help`` lists them under "
+             "*distspawn*):", ""]
+    for names, settings in recorder.options:
+        metavar = f" {settings['metavar']}" if settings.get("metavar") else ""
+        lines += [f"``{', '.join(names)}{metavar}``", f"    {settings.get('help', '')}", ""]
+    lines += [*title("pytest marker"), f"``{plugin.MARKER_HELP.split(':')[0]}``",
+              f"    {plugin.MARKER_HELP.split(':', 1)[1].strip()}", "",
+              *title("``python -m distspawn``")]
+    lines += _literal(_help_of(matrix.parse_args, ["--help"]))
+    lines += title("``python -m distspawn.stand_in``")
+    lines += _literal(stand_in.USAGE)
+    folder = Path(__file__).parent / "reference" / "generated"
+    (folder / "command-line.inc").write_text("\n".join(lines) + "\n")
+
+
+_write_command_line_reference()
+
+
+# -- the results pages' captions and headline, from the saved benchmark data ----
+# (docs/figures.py draws the figures themselves; this part needs no matplotlib)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import figures  # noqa: E402
+
+figures.write_captions(Path(__file__).parent / "results" / "generated")

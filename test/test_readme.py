@@ -73,3 +73,32 @@ def test_every_readme_code_block_runs_or_says_why_not(tmp_path):
         assert run.leftover_files == [] and run.leftover_pids == []
         ran += 1
     assert ran == 1  # the first test, "Write a test once, run it on N ranks"
+
+
+def test_the_headline_figure_is_the_saved_corpus_run():
+    # README's one number comes from benchmarks/results/corpus-sessions.json,
+    # as docs/figures.py summarises it (and draws the picture under it).
+    import re
+    import sys
+
+    sys.path.insert(0, str(ROOT / "docs"))
+    import figures
+
+    summary = figures.corpus_summary(figures.load("sessions"))
+    readme = " ".join((ROOT / "README.rst").read_text().split())
+    headline = re.search(r"\*\*(\w+) projects' suites, unchanged, ([\d.]+)x faster with the same "
+                         r"verdicts:\*\*(.*?)Not counted: (\d+) tests (.*?) more\.", readme)
+    assert headline, "README's headline sentence is not where test_readme expects it"
+    words = {3: "Three", 4: "Four", 5: "Five", 6: "Six"}
+    assert headline.group(1) == words[summary["projects"]]
+    assert headline.group(2) == f"{summary['counted_ratio']:.1f}"
+    body = headline.group(3)
+    assert f"{summary['files']} test files" in body
+    assert f"{summary['tests']} tests, none with another verdict" in body
+    assert summary["differ"] == 0
+    assert f"{summary['counted_upstream_s']:.0f} s on upstream's harness" in body
+    assert f"{summary['counted_stand_in_s']:.0f} s on distspawn" in body
+    assert headline.group(4) == str(summary["failing_tests"])
+    assert (f"{summary['failing_upstream_s']:.0f} s and {summary['failing_stand_in_s']:.0f} s"
+            in headline.group(5))
+    assert ".. image:: docs/_static/figures/sessions.svg" in (ROOT / "README.rst").read_text()
