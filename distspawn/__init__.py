@@ -124,8 +124,6 @@ _FORMER_NAMES = {
 }
 
 
-
-
 def __getattr__(name: str) -> Any:
     home = _HOME_OF.get(name)
     if home is not None:
