@@ -290,11 +290,54 @@ def cost_rows(backend: str, with_upstream: bool, copies: int = 8) -> list[Row]:
     return rows
 
 
+# Files written for upstream's harness, run unchanged in the stand-in mode and
+# on upstream's harness (benchmarks/corpus.json names their commits): two of
+# pytorch's DTensor files and a torchtitan file whose tests start ranks.
+CORPUS_FILES = (("pytorch", "test/distributed/tensor/test_dtensor.py"),
+                ("pytorch", "test/distributed/tensor/test_init.py"),
+                ("torchtitan", "tests/unit_tests/test_fsdp_moe_sharding.py"))
+
+
+def corpus_rows(corpus: Path | None) -> list[Row]:
+    """Each corpus file in the stand-in mode against upstream's harness, as
+    benchmarks/corpus.py runs them: every verdict the same, or better."""
+    sys.path.insert(0, str(HERE))
+    from corpus import MANIFEST, compare, kind, load_manifest, run_files
+
+    entries = {(e.project, e.path): e for e in load_manifest(MANIFEST)}
+    rows = []
+    for project, path in CORPUS_FILES:
+        check = f"stand-in mode: {project}/{path.rsplit('/', 1)[-1]}"
+        if corpus is None or not (corpus / project / path).is_file():
+            rows.append(Row(check, verdict="not fetched", note=(
+                "give --corpus DIR (see docs/results/corpus.rst)" if corpus is None
+                else f"not in {corpus / project}")))
+            continue
+        entry = entries[(project, path)]
+        runs = {h: run_files([entry], corpus / project, h, timeout=900)
+                for h in ("stand-in", "upstream")}
+        verdicts = {h: run.verdicts[path] for h, run in runs.items()}
+        failing = {n for n in verdicts["upstream"] if kind(verdicts["upstream"][n]) == "fail"
+                   and kind(verdicts["stand-in"].get(n)) == "fail"}
+        outcome = compare(verdicts["upstream"], verdicts["stand-in"], failing)
+        counted = sum(len(v) for v in outcome.values())
+        note = (", ".join(outcome["differ"][:3]) if counted else
+                f"no test ran on either harness: {sorted(failing)[:2]} (its project's "
+                "dependencies installed?)")
+        rows.append(Row(check, verdict=(f"{len(outcome['same'])} same, "
+                                        f"{len(outcome['better'])} better, "
+                                        f"{len(outcome['differ'])} differ"),
+                        seconds=runs["stand-in"].seconds,
+                        upstream=f"{runs['upstream'].seconds:.0f} s",
+                        ok=counted > 0 and not outcome["differ"], note=note))
+    return rows
+
+
 def planned_checks(tiers=TIERS, world_sizes=WORLD_SIZES, examples=True,
                    upstream=True) -> int:
     per_world = sum(len(FAULTS) + 1 + (len(STALLS) if tier != "spawn" else 0) for tier in tiers)
     return (len(world_sizes) * per_world + (2 if examples else 0) + (2 if upstream else 1)
-            + 1)  # the fork rule
+            + 1 + (len(CORPUS_FILES) if upstream else 0))  # the fork rule, the corpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated (default: 2,4)")
     parser.add_argument("--no-examples", action="store_true",
                         help="leave out the examples' DTensor and FSDP files")
+    parser.add_argument("--corpus", type=Path, metavar="DIR",
+                        help="benchmarks/corpus.py's folder of fetched projects: runs "
+                             f"{len(CORPUS_FILES)} of its files in the stand-in mode and on "
+                             "upstream's harness")
     parser.add_argument("--save", type=Path, help="write the table as JSON here")
     args = parser.parse_args(argv)
     tiers = tuple(t for t in args.tiers.split(",") if t)
@@ -341,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     rows = (fault_and_stall_rows(backend, with_upstream, tiers, world_sizes)
             + ([] if args.no_examples else example_rows()) + [fork_rule_row(backend)]
-            + cost_rows(backend, with_upstream))
+            + cost_rows(backend, with_upstream)
+            + (corpus_rows(args.corpus) if with_upstream else []))
     width = max(len(r.check) for r in rows)
     print(f"{'check':<{width}}  {'verdict':<40} {'s':>6}  {'upstream':<8} ok")
     for row in rows:
