@@ -80,8 +80,9 @@ class Cases:
         self.all_reduce_and_check()
         if self.rank == 1:
             import signal
+import threading
 
-            os.kill(os.getpid(), signal.SIGSEGV)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
         self.all_reduce_and_check()
 
     def test_hang(self):

@@ -52,7 +52,7 @@ def test_sigsegv_is_named_by_signal(faults):
     assert "rank 1: crashed with SIGSEGV (exit code -11)" in report
     # The crash leads: the Python line it died on, then its own last output,
     # then torch's native frames, cut short.
-    stack = report.index("line 40 in test_sigsegv_on_rank1")
+    stack = report.index("line 41 in test_sigsegv_on_rank1")
     tail = report.index("[rank 1] rank 1 reached the crash site")
     native = report.index("native frames (trimmed):")
     assert "its Python stack when it crashed:" in report

@@ -8,6 +8,7 @@ thread (a signal, a kill) exist only on the process tiers.
 
 import os
 import signal
+import threading
 import sys
 import time
 
@@ -63,7 +64,7 @@ class Cases:
         self.group()
         if self.rank == 1:
             print("rank 1 about to crash", flush=True)
-            os.kill(os.getpid(), signal.SIGSEGV)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
         dist.barrier()
 
     def test_sigkill(self):

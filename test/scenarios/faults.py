@@ -4,6 +4,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
 import unittest
 
@@ -37,7 +38,7 @@ class Faults(TwoRankTestCase):
     def test_sigsegv_on_rank1(self):
         print(f"rank {self.rank} reached the crash site", flush=True)
         if self.rank == 1:
-            os.kill(os.getpid(), signal.SIGSEGV)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
         time.sleep(60)
 
     def test_sigkill_on_rank0(self):

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 import unittest
 
 import torch.distributed as dist
@@ -19,7 +20,7 @@ def _make(kind):
         if kind == "fail" and self.rank == 1:
             raise AssertionError("planned failure")
         if kind == "crash" and self.rank == 0:
-            os.kill(os.getpid(), signal.SIGSEGV)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
         dist.barrier()
 
     return test
