@@ -80,7 +80,7 @@ class Cases:
         self.all_reduce_and_check()
         if self.rank == 1:
             import signal
-import threading
+            import threading
 
             signal.pthread_kill(threading.get_ident(), signal.SIGSEGV)
         self.all_reduce_and_check()
