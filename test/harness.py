@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import upstream_record
+import warm_python
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 MARKER_VAR = "DISTSPAWN_TEST_RUN_MARKER"
@@ -123,8 +124,10 @@ class Run:
         raise AssertionError(f"no report for {test_name} in:\n{self.output}")
 
 
-def processes_with_marker(marker: str, settle_s: float = 5.0) -> list[int]:
-    """Live processes started under ``marker``, after giving exiting ones ``settle_s``.
+def processes_with_marker(marker: str, settle_s: float = 5.0,
+                          session: int | None = None) -> list[int]:
+    """Live processes started under ``marker`` (or in ``session``: a run forked
+    by warm_python), after giving exiting ones ``settle_s``.
 
     multiprocessing's resource tracker, for one, exits just after its parent.
     """
@@ -132,7 +135,7 @@ def processes_with_marker(marker: str, settle_s: float = 5.0) -> list[int]:
     while True:
         # Listed again after each wait: one may have started meanwhile (a rank
         # its server was forking when the parent died).
-        pids = _marked_now(marker)
+        pids = _marked_now(marker, session)
         if not pids or time.monotonic() >= deadline:
             return pids
         for pid in pids:
@@ -146,28 +149,30 @@ def processes_with_marker(marker: str, settle_s: float = 5.0) -> list[int]:
                 os.close(pidfd)
 
 
-def end_marked(proc: subprocess.Popen, marker: str) -> None:
+def end_marked(proc: subprocess.Popen | warm_python.WarmProcess, marker: str) -> None:
     """Kill ``proc`` and every live process started under ``marker``."""
     proc.kill()
     proc.wait()
-    for pid in _marked_now(marker):
+    for pid in _marked_now(marker, getattr(proc, "session", None)):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass  # gone meanwhile
 
 
-def _marked_now(marker: str) -> list[int]:
+def _marked_now(marker: str, session: int | None = None) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().split(") ", 1)[1][0]
-        except OSError:
+            # After "COMM) ": state, ppid, process group, session, ...
+            state, _, _, in_session = (entry / "stat").read_text().split(") ", 1)[1].split()[:4]
+        except (OSError, ValueError):
             continue
-        if f"{MARKER_VAR}={marker}".encode() in environ and state != "Z":
+        if state != "Z" and (f"{MARKER_VAR}={marker}".encode() in environ
+                             or (session is not None and int(in_session) == session)):
             found.append(int(entry.name))
     return found
 
@@ -203,8 +208,13 @@ def short_temp_dir() -> tempfile.TemporaryDirectory:
 
 
 def run_python(args: list[str], env: dict[str, str] | None = None, timeout: float = 300,
-               cwd: Path = SCENARIOS) -> Run:
-    """Run ``python *args`` with a private TMPDIR; report what it left behind."""
+               cwd: Path = SCENARIOS, warm: bool = True) -> Run:
+    """Run ``python *args`` with a private TMPDIR; report what it left behind.
+
+    The run is forked from this process's warm interpreter (``warm_python``)
+    where nothing it could see differs from a fresh one; ``warm=False`` (a test
+    of what a process imports) always starts a fresh interpreter.
+    """
     marker = uuid.uuid4().hex
     with short_temp_dir() as tmp:
         # CI is the CI runner's flag, not the scenario's: with it set, upstream's
@@ -216,8 +226,10 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
         # A run that hangs past its timeout gets Ctrl-C first (its traceback says
         # where it waited; the harness ends its ranks), then is killed; the
         # failure shows its output either way.
-        proc = subprocess.Popen([sys.executable, *args], cwd=cwd, env=full_env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = warm_python.ZYGOTE.start(args, full_env, cwd) if warm else None
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, *args], cwd=cwd, env=full_env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -242,7 +254,7 @@ def run_python(args: list[str], env: dict[str, str] | None = None, timeout: floa
         # method) leaves its ranks' files to its watcher (engine.leftovers), which
         # removes them as it ends, just after the test process; on a loaded
         # machine, after the output's pipe closed.
-        still_running = processes_with_marker(marker)
+        still_running = processes_with_marker(marker, session=getattr(proc, "session", None))
         leftovers = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*")
                            if not is_torch_cache(p.relative_to(tmp))
                            and not is_torch_import_folder(Path(tmp), p.relative_to(tmp)))

@@ -259,10 +259,12 @@ def _guessed_run(tmp_path, files, *options, **env):
     log.touch()
     # In file order: what the server imports, and when, follows it (pytest-randomly,
     # where installed, would shuffle it).
+    # A fresh interpreter: the server's guess races the test process's own
+    # import of torch, which a warm_python run has made already.
     run = run_python(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                       *options,
                       *(f"guessed_imports/{name}.py" for name in files)],
-                     env={"GUESS_IMPORT_LOG": str(log), **env}, timeout=240)
+                     env={"GUESS_IMPORT_LOG": str(log), **env}, timeout=240, warm=False)
     imports = [tuple(line.split()[:3]) for line in log.read_text().splitlines()]
     return run, imports
 
