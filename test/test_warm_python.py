@@ -68,8 +68,10 @@ def test_what_a_warm_run_leaves_running_is_found_without_the_marker():
 
 
 def test_a_warm_run_past_its_timeout_is_interrupted_and_shows_where_it_waited():
-    with pytest.raises(harness.RanPastTimeout, match="KeyboardInterrupt"):
-        harness.run_python(["-c", "import time; time.sleep(60)"], timeout=3, warm=True)
+    # Long enough to reach the sleep on a loaded machine: the Ctrl-C lands there.
+    code = "import time\nprint('waiting', flush=True)\ntime.sleep(120)"
+    with pytest.raises(harness.RanPastTimeout, match=r"waiting\n(.|\n)*line 3(.|\n)*KeyboardInterrupt"):
+        harness.run_python(["-c", code], timeout=15, warm=True)
 
 
 @pytest.mark.parametrize("args, env, why", [

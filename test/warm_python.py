@@ -261,13 +261,14 @@ def _become_the_run(request: dict, output: int) -> None:
 
     import numpy
 
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
+    # The run's streams first: whatever happens from here on is its output.
     os.dup2(output, 1)
     os.dup2(output, 2)
     os.close(output)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.setsid()
     os.chdir(request["cwd"])
     # multiprocessing took the working folder as it was imported: a script
     # named by a relative path is found from there by spawned processes.
