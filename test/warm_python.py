@@ -355,7 +355,9 @@ def _preload_and_serve(control_fd: int) -> None:
     # Each variable read through os.environ (get, [], in) while the preload
     # imports: a run that sets it otherwise would have imported otherwise. A
     # value taken while the whole environment is listed (a copy, items())
-    # is not a read of that one variable.
+    # is not a read of that one variable. (The rank server's recorder,
+    # distspawn.early.rank_server_boot.EnvironRecording, keeps the same rule;
+    # importing it here would put distspawn in every run's sys.modules.)
     read: set[str] = set()
     listing = 0
     environ_type = type(os.environ)
