@@ -161,18 +161,21 @@ def end_marked(proc: subprocess.Popen | warm_python.WarmProcess, marker: str) ->
 
 
 def _marked_now(marker: str, session: int | None = None) -> list[int]:
+    from distspawn.early.rank_server_boot import proc_stat_fields
+
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            # After "COMM) ": state, ppid, process group, session, ...
-            state, _, _, in_session = (entry / "stat").read_text().split(") ", 1)[1].split()[:4]
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if state != "Z" and (f"{MARKER_VAR}={marker}".encode() in environ
-                             or (session is not None and int(in_session) == session)):
+        # State, parent, process group, session, ...
+        fields = proc_stat_fields(int(entry.name))
+        if fields and fields[0] != b"Z" and (
+                f"{MARKER_VAR}={marker}".encode() in environ
+                or (session is not None and int(fields[3]) == session)):
             found.append(int(entry.name))
     return found
 
